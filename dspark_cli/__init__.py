@@ -1,0 +1,1 @@
+"""The `dspark` command line (mlir-opt style subcommands)."""

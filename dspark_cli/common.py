@@ -1,0 +1,45 @@
+"""Helpers shared by subcommands: load a graph from a file or a layer name, write outputs."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dspark_ir import Graph, parse_file
+from dspark_ir.errors import DsparkError
+from dspark_ir.fsutil import write_file_atomic
+
+
+def add_target_arguments(p: argparse.ArgumentParser, what: str = "FILE|LAYER") -> None:
+    p.add_argument("target", metavar=what, help="a .dsir file, or a layer name (see `dspark list`)")
+    add_layer_arguments(p)
+
+
+def add_layer_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="tiny", help="model config for a layer name (default: tiny)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (1 or 4; default: the config's)")
+    p.add_argument("--batch", type=int, default=None, help="decode requests per rank (default: the config's)")
+    p.add_argument("--seq", type=int, default=None, help="tokens per request S (default: the config's)")
+
+
+def load_graph(args: argparse.Namespace) -> Graph:
+    """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
+    target = args.target
+    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
+        return parse_file(target).entry
+    from dspark_ir import layers
+
+    return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
+                        seq=getattr(args, "seq", None))
+
+
+def emit(text: str, out: str | None) -> None:
+    """Print to stdout, or write atomically to `out`."""
+    if out is None or out == "-":
+        sys.stdout.write(text)
+        return
+    write_file_atomic(out, text)
+
+
+class UsageError(DsparkError):
+    """Bad combination of command-line options."""

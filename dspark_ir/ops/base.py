@@ -1,0 +1,260 @@
+"""The op registry: every op kind is one `OpDef` subclass declared with `@register_op`.
+
+An op declares its operands, results, typed attributes with defaults, the core kind it runs on,
+which results alias which operands (in-place buffer updates), a shape/dtype rule, and the numpy
+function that defines its meaning (`reference = "kernels.<family>:<fn>"`).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from ..dims import Dim, Sym, dim
+from ..errors import ShapeError, did_you_mean
+from ..types import DType, TensorType, dtype
+
+ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "dim", "ints", "dims", "floats", "enum")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute. `default=REQUIRED` makes it mandatory."""
+
+    kind: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def __post_init__(self):
+        assert self.kind in ATTR_KINDS, self.kind
+        assert self.kind != "enum" or self.choices, "enum attrs need choices"
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+CORE_KINDS = ("cube", "vector", "mix", "none")
+
+# Scheduling attributes every op accepts; passes change them and the lowering reads them.
+COMMON_ATTRS: dict[str, Attr] = {
+    "tile": Attr("ints", doc="tile sizes, one per tiled axis (see the op's tile_axes)"),
+    "blocks": Attr("dim", doc="SPMD block count of the task"),
+    "core": Attr("enum", choices=CORE_KINDS, doc="override of the op's core kind"),
+    "tail": Attr("enum", choices=("clamp",), doc="the last tile is clamped to the remaining extent"),
+    "aer": Attr("bool", doc="allow early resolve (scheduling hint)"),
+    "workers": Attr("int", doc="cyclic worker count instead of one block per item"),
+    "sched": Attr("str", doc="scheduling-only marker (e.g. late_dep)"),
+}
+
+
+def _coerce(name: str, spec: Attr, value: Any) -> Any:
+    """Convert a parsed or Python value to the attribute's canonical type, or raise ShapeError."""
+    kind = spec.kind
+    try:
+        if kind == "int":
+            return _as_int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, Dim):
+                return float(_as_int(value))
+            return float(value)
+        if kind == "bool":
+            return _as_bool(value)
+        if kind == "str":
+            if not isinstance(value, str):
+                raise TypeError
+            return value
+        if kind == "dtype":
+            return dtype(_ident(value))
+        if kind == "dim":
+            if isinstance(value, bool):
+                raise TypeError
+            return dim(value)
+        if kind == "enum":
+            ident = _ident(value)
+            if ident not in spec.choices:
+                raise ShapeError(f"attribute '{name}' must be one of {', '.join(spec.choices)}, got '{ident}'")
+            return ident
+        if kind in ("ints", "dims", "floats"):
+            if not isinstance(value, (list, tuple)):
+                raise TypeError
+            item = {"ints": "int", "dims": "dim", "floats": "float"}[kind]
+            return tuple(_coerce(name, Attr(item), v) for v in value)
+    except ShapeError:
+        raise
+    except (TypeError, ValueError):
+        pass
+    raise ShapeError(f"attribute '{name}' expects {kind}, got {format_attr_value(value)}")
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Dim):
+        n = value.value()
+        if n is None:
+            raise TypeError
+        return n
+    raise TypeError
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Sym) and value.name in ("true", "false"):
+        return value.name == "true"
+    raise TypeError
+
+
+def _ident(value: Any) -> str:
+    if isinstance(value, Sym):
+        return value.name
+    if isinstance(value, DType):
+        return value.value
+    if isinstance(value, str):
+        return value
+    raise TypeError
+
+
+def format_attr_value(value: Any) -> str:
+    """Canonical text of an attribute value (used by the printer and in messages)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_attr_value(v) for v in value) + "]"
+    return str(value)
+
+
+class OpDef:
+    """Declaration of one op kind. Subclass it and decorate with @register_op."""
+
+    name: ClassVar[str]
+    operands: ClassVar[tuple[str, ...]] = ()   # a trailing '*name' is variadic
+    results: ClassVar[tuple[str, ...]] = ("out",)
+    attrs: ClassVar[dict[str, Attr]] = {}
+    core: ClassVar[str] = "vector"
+    aliases: ClassVar[dict[int, int]] = {}      # result index -> operand index updated in place
+    reference: ClassVar[str | None] = None      # "kernels.<family>:<function>"
+    family: ClassVar[str] = ""                  # kernel family (module under kernels/)
+    collective: ClassVar[bool] = False          # runs across ranks (interpreter gathers all ranks)
+    doc: ClassVar[str] = ""
+
+    # ---- shape rule -------------------------------------------------------------------------
+    def infer(self, ins: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        raise NotImplementedError(f"op '{self.name}' has no shape rule")
+
+    def tile_axes(self, ins: Sequence[TensorType], outs: Sequence[TensorType],
+                  attrs: Mapping[str, Any]) -> list[tuple[str, Dim]]:
+        """(axis name, extent) for each entry of the `tile` attribute, in order. Empty: untiled."""
+        return []
+
+    # ---- declaration helpers ----------------------------------------------------------------
+    @classmethod
+    def all_attrs(cls) -> dict[str, Attr]:
+        merged = dict(COMMON_ATTRS)
+        merged.update(cls.attrs)
+        return merged
+
+    @classmethod
+    def arity(cls) -> tuple[int, bool]:
+        """(number of fixed operands, whether a variadic tail is allowed)."""
+        variadic = bool(cls.operands) and cls.operands[-1].startswith("*")
+        return (len(cls.operands) - (1 if variadic else 0), variadic)
+
+    @classmethod
+    def normalize_attrs(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and coerce attributes; fill declared defaults. Raises ShapeError."""
+        schema = cls.all_attrs()
+        out: dict[str, Any] = {}
+        for key, value in given.items():
+            if key not in schema:
+                raise ShapeError(f"unknown attribute '{key}' for op '{cls.name}'{did_you_mean(key, schema)}")
+            out[key] = _coerce(key, schema[key], value)
+        for key, spec in cls.attrs.items():
+            if key in out:
+                continue
+            if spec.required:
+                raise ShapeError(f"op '{cls.name}' needs attribute '{key}'")
+            if spec.default is not None:
+                out[key] = _coerce(key, spec, spec.default)
+        return out
+
+    @classmethod
+    def explicit_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """The attributes that differ from their declared defaults (what the printer shows)."""
+        shown = {}
+        for key, value in attrs.items():
+            spec = cls.attrs.get(key)
+            if spec is not None and spec.default is not None and not spec.required \
+                    and _coerce(key, spec, spec.default) == value:
+                continue
+            shown[key] = value
+        return shown
+
+    @classmethod
+    def core_of(cls, attrs: Mapping[str, Any]) -> str:
+        return attrs.get("core") or cls.core
+
+    @classmethod
+    def reference_fn(cls) -> Callable[..., Any]:
+        if not cls.reference:
+            raise ShapeError(f"op '{cls.name}' has no numpy reference")
+        module, _, fn = cls.reference.partition(":")
+        return getattr(importlib.import_module(module), fn)
+
+
+OP_REGISTRY: dict[str, type[OpDef]] = {}
+
+
+def register_op(cls: type[OpDef]) -> type[OpDef]:
+    assert cls.name not in OP_REGISTRY, f"op '{cls.name}' registered twice"
+    for key, spec in cls.attrs.items():
+        assert key not in COMMON_ATTRS, f"{cls.name}: '{key}' shadows a common attribute"
+        assert isinstance(spec, Attr)
+    OP_REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_op(name: str) -> type[OpDef]:
+    from . import load_all
+
+    load_all()
+    try:
+        return OP_REGISTRY[name]
+    except KeyError:
+        raise ShapeError(f"unknown op '{name}'{did_you_mean(name, OP_REGISTRY)}") from None
+
+
+# ---- helpers for shape rules ----------------------------------------------------------------
+def expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise ShapeError(message)
+
+
+def expect_rank(t: TensorType, rank: int, what: str) -> None:
+    expect(t.rank == rank, f"{what} must have rank {rank}, got {t}")
+
+
+def expect_dtype(t: TensorType, allowed: "DType | tuple[DType, ...]", what: str) -> None:
+    allowed_t = allowed if isinstance(allowed, tuple) else (allowed,)
+    expect(t.dtype in allowed_t, f"{what} must be {'/'.join(str(a) for a in allowed_t)}, got {t}")
+
+
+def expect_same_dim(a: Dim, b: Dim, what: str) -> None:
+    expect(a == b, f"{what}: {a} != {b}")

@@ -1,0 +1,193 @@
+"""Generic ops: casts, elementwise, layout, matmul, normalisation, seeds and joins."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from .. import dims as D
+from ..types import DType, TOKEN, TensorType
+from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+
+FLOATS = (DType.bf16, DType.fp16, DType.fp32)
+
+
+@register_op
+class Join(OpDef):
+    """Zero-work task that completes when all its inputs have (`task_dummy`)."""
+    name = "join"
+    operands = ("*ins",)
+    core = "none"
+    reference = "kernels.elementwise:join"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        return [TOKEN]
+
+
+@register_op
+class Cast(OpDef):
+    name = "cast"
+    operands = ("x",)
+    attrs = {"to": Attr("dtype", REQUIRED), "mode": Attr("enum", "rint", choices=("rint", "trunc"))}
+    reference = "kernels.elementwise:cast"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        return [ins[0].with_dtype(attrs["to"])]
+
+
+class _Binary(OpDef):
+    operands = ("a", "b")
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        a, b = ins
+        expect(a.shape == b.shape, f"operand shapes differ: {a} vs {b}")
+        expect(a.dtype == b.dtype, f"operand dtypes differ: {a} vs {b}")
+        return [a]
+
+
+@register_op
+class Add(_Binary):
+    name = "add"
+    reference = "kernels.elementwise:add"
+
+
+@register_op
+class Mul(_Binary):
+    name = "mul"
+    reference = "kernels.elementwise:mul"
+
+
+@register_op
+class Reshape(OpDef):
+    name = "reshape"
+    operands = ("x",)
+    attrs = {"shape": Attr("dims", REQUIRED)}
+    core = "none"
+    reference = "kernels.elementwise:reshape"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        return [ins[0].with_shape(attrs["shape"])]
+
+
+@register_op
+class Slice(OpDef):
+    name = "slice"
+    operands = ("x",)
+    attrs = {"axis": Attr("int", REQUIRED), "start": Attr("dim", REQUIRED), "size": Attr("dim", REQUIRED)}
+    core = "none"
+    reference = "kernels.elementwise:slice_"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        x = ins[0]
+        axis = attrs["axis"]
+        expect(0 <= axis < x.rank, f"axis {axis} out of range for {x}")
+        end = D.add(attrs["start"], attrs["size"])
+        n, extent = end.value(), x.shape[axis].value()
+        expect(n is None or extent is None or n <= extent, f"slice end {end} exceeds {x.shape[axis]}")
+        shape = list(x.shape)
+        shape[axis] = attrs["size"]
+        return [x.with_shape(shape)]
+
+
+@register_op
+class Concat(OpDef):
+    name = "concat"
+    operands = ("*xs",)
+    attrs = {"axis": Attr("int", REQUIRED)}
+    core = "none"
+    reference = "kernels.elementwise:concat"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        expect(len(ins) >= 1, "concat needs at least one operand")
+        first, axis = ins[0], attrs["axis"]
+        expect(0 <= axis < first.rank, f"axis {axis} out of range for {first}")
+        total = D.Const(0)
+        for t in ins:
+            expect(t.dtype == first.dtype and t.rank == first.rank, f"cannot concat {first} and {t}")
+            for i, (a, b) in enumerate(zip(t.shape, first.shape)):
+                if i != axis:
+                    expect_same_dim(a, b, f"concat dim {i}")
+            total = D.add(total, t.shape[axis])
+        shape = list(first.shape)
+        shape[axis] = total
+        return [first.with_shape(shape)]
+
+
+@register_op
+class Zeros(OpDef):
+    """A freshly zeroed buffer (the seed task of an atomic accumulation)."""
+    name = "zeros"
+    operands = ()
+    attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "f32")}
+    reference = "kernels.elementwise:zeros"
+    family = "elementwise"
+
+    def infer(self, ins, attrs):
+        return [TensorType(attrs["dtype"], attrs["shape"])]
+
+
+@register_op
+class Matmul(OpDef):
+    """a[M,K] @ b[K,N] (or b[N,K] with trans_b) with an f32/i32/bf16 result.
+
+    `accumulate` records how split-K partial sums are combined: `none` (one pass over K), `atomic`
+    (fp32 atomic adds into a zeroed buffer, order = completion order) or `ordered` (disjoint partial
+    buffers reduced in ascending split order). `k_split` and `m_split` are the fan-out factors.
+    """
+    name = "matmul"
+    operands = ("a", "b")
+    attrs = {
+        "out": Attr("dtype", "f32"),
+        "trans_b": Attr("bool", False),
+        "accumulate": Attr("enum", "none", choices=("none", "atomic", "ordered")),
+        "k_split": Attr("int", 1),
+        "m_split": Attr("int", 1),
+    }
+    core = "cube"
+    reference = "kernels.matmul:matmul"
+    family = "matmul"
+
+    def infer(self, ins, attrs):
+        a, b = ins
+        expect_rank(a, 2, "lhs")
+        expect_rank(b, 2, "rhs")
+        int8 = a.dtype == DType.i8
+        expect(int8 == (b.dtype == DType.i8), f"mixed int8/float operands: {a} x {b}")
+        if int8:
+            expect(attrs["out"] == DType.i32, "int8 x int8 accumulates to i32")
+        else:
+            expect_dtype(a, FLOATS, "lhs")
+            expect(attrs["out"] in FLOATS, f"float matmul cannot produce {attrs['out']}")
+        k_b, n = (b.shape[1], b.shape[0]) if attrs["trans_b"] else (b.shape[0], b.shape[1])
+        expect_same_dim(a.shape[1], k_b, "contraction dims")
+        expect(attrs["k_split"] >= 1 and attrs["m_split"] >= 1, "k_split and m_split must be >= 1")
+        return [TensorType(attrs["out"], (a.shape[0], n))]
+
+    def tile_axes(self, ins, outs, attrs):
+        a, b = ins
+        n = b.shape[0] if attrs["trans_b"] else b.shape[1]
+        return [("m", a.shape[0]), ("n", n), ("k", a.shape[1])]
+
+
+@register_op
+class RmsNorm(OpDef):
+    """rb((x · rsqrt(mean(x²) + eps)) · w) over the last axis."""
+    name = "rmsnorm"
+    operands = ("x", "w")
+    attrs = {"eps": Attr("float", 1e-6)}
+    reference = "kernels.norm:rmsnorm"
+    family = "norm"
+
+    def infer(self, ins, attrs):
+        x, w = ins
+        expect_dtype(x, FLOATS, "x")
+        expect_rank(w, 1, "weight")
+        expect_same_dim(x.shape[-1], w.shape[0], "weight length")
+        return [x.with_dtype(DType.bf16)]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("rows", ins[0].shape[0])]

@@ -1,0 +1,160 @@
+"""The verifier: structural, type, attribute, tiling and buffer invariants. Errors name the node."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import networkx as nx
+
+from .dims import Dim
+from .errors import DsparkError, ShapeError, VerifyError
+from .graph import Graph, Node, Value, infer_types
+from .types import TensorType
+
+
+def verify(g: Graph) -> None:
+    """Raise the first VerifyError found."""
+    for error in check(g):
+        raise error
+
+
+def check(g: Graph) -> Iterator[VerifyError]:
+    """Yield every problem found, in a deterministic order (header, then nodes in order)."""
+    yield from _check_header(g)
+    yield from _check_references(g)
+    try:
+        order = g.topo_order()
+    except VerifyError as e:
+        yield e
+        return
+    for node in order:
+        yield from _check_node(g, node)
+    yield from _check_buffers(g, order)
+
+
+def _err(message: str, where: str) -> VerifyError:
+    return VerifyError(message, where)
+
+
+def _check_header(g: Graph) -> Iterator[VerifyError]:
+    where = f"{g.loc}: graph '@{g.name}'" if g.loc else f"graph '@{g.name}'"
+    declared = set(g.symbols)
+    for p in g.params:
+        unknown = _symbols_of(p.type) - declared
+        if unknown:
+            yield _err(f"parameter %{p.name} uses undeclared symbol '{sorted(unknown)[0]}'", where)
+        if p.inout and p.type.is_token:
+            yield _err(f"parameter %{p.name}: a token cannot be inout", where)
+    if not g.returns:
+        yield _err("graph returns nothing", where)
+
+
+def _check_references(g: Graph) -> Iterator[VerifyError]:
+    for node in g.nodes.values():
+        for v in list(node.operands) + list(node.deps):
+            if g.values.get(v.name) is not v:
+                yield _err(f"operand %{v.name} is not defined in this graph", node.where)
+    for v in g.returns:
+        if g.values.get(v.name) is not v:
+            yield _err(f"return value %{v.name} is not defined in this graph", f"graph '@{g.name}'")
+
+
+def _check_node(g: Graph, node: Node) -> Iterator[VerifyError]:
+    opdef = node.opdef
+    try:
+        opdef.normalize_attrs(node.attrs)
+        inferred = infer_types(opdef, [v.type for v in node.operands], node.attrs, node.name)
+    except ShapeError as e:
+        yield _err(e.message, node.where)
+        return
+    declared_symbols = set(g.symbols)
+    for v, expected in zip(node.results, inferred):
+        unknown = _symbols_of(v.type) - declared_symbols
+        if unknown:
+            yield _err(f"result %{v.name} uses undeclared symbol '{sorted(unknown)[0]}'", node.where)
+        if not _same_type(v.type, expected, g.env):
+            yield _err(f"result %{v.name} has type {v.type} but {node.op} gives {expected}", node.where)
+    if len(inferred) != len(node.results):
+        yield _err(f"{node.op} gives {len(inferred)} results, {len(node.results)} declared", node.where)
+    for d in node.deps:
+        if d.producer is None and not d.type.is_token:
+            yield _err(f"deps(%{d.name}): an explicit dependency must name an op's result", node.where)
+    yield from _check_tiles(g, node, inferred)
+
+
+def _check_tiles(g: Graph, node: Node, outs: list[TensorType]) -> Iterator[VerifyError]:
+    tile = node.attrs.get("tile")
+    if tile is None:
+        return
+    axes = node.opdef().tile_axes([v.type for v in node.operands], outs, node.attrs)
+    if len(tile) != len(axes):
+        names = ", ".join(a for a, _ in axes) or "none"
+        yield _err(f"tile has {len(tile)} entries but {node.op} tiles {len(axes)} axes ({names})", node.where)
+        return
+    for (axis, extent), size in zip(axes, tile):
+        if size <= 0:
+            yield _err(f"tile size for axis '{axis}' must be positive, got {size}", node.where)
+            continue
+        n = extent.value(g.env)
+        if n is None or n % size == 0 or node.attrs.get("tail") == "clamp":
+            continue
+        yield _err(f"tile {size} does not divide axis '{axis}' = {n} (declare tail = clamp)", node.where)
+
+
+def _check_buffers(g: Graph, order: list[Node]) -> Iterator[VerifyError]:
+    """In-place updates must chain from an inout parameter, one writer per version, no stale reads."""
+    nxg = None
+    writer_of: dict[str, Node] = {}
+    for node in order:
+        for r_index, o_index in node.opdef.aliases.items():
+            if o_index >= len(node.operands) or r_index >= len(node.results):
+                continue
+            buf = node.operands[o_index]
+            root = _buffer_root(buf, node)
+            if root is None or not root.inout:
+                yield _err(f"updates %{buf.name} in place, but it is not an inout buffer", node.where)
+                continue
+            if buf.name in writer_of:
+                yield _err(f"%{buf.name} is updated in place twice (also by '{writer_of[buf.name].name}')",
+                           node.where)
+                continue
+            writer_of[buf.name] = node
+    if not writer_of:
+        return
+    nxg = g.to_networkx()
+    for name, writer in writer_of.items():
+        later = nx.descendants(nxg, writer.name)
+        for reader in g.users(g.values[name]):
+            if reader is not writer and reader.name in later:
+                yield _err(f"reads %{name} after '{writer.name}' overwrote it in place", reader.where)
+    for p in g.params:
+        if p.inout and _last_version(g, p, writer_of) not in g.returns:
+            yield _err(f"the final version of inout buffer %{p.name} is not returned", f"graph '@{g.name}'")
+
+
+def _buffer_root(v: Value, seen_from: Node) -> Value | None:
+    while v.producer is not None:
+        node = v.producer
+        alias = {r: o for r, o in node.opdef.aliases.items()}.get(v.index)
+        if alias is None:
+            return None
+        v = node.operands[alias]
+    return v
+
+
+def _last_version(g: Graph, p: Value, writer_of: dict[str, Node]) -> Value:
+    v = p
+    while v.name in writer_of:
+        node = writer_of[v.name]
+        index = next(r for r, o in node.opdef.aliases.items() if node.operands[o] is v)
+        v = node.results[index]
+    return v
+
+
+def _symbols_of(t: TensorType) -> set[str]:
+    return set().union(*(d.symbols() for d in t.shape)) if t.shape else set()
+
+
+def _same_type(a: TensorType, b: TensorType, env: dict[str, int]) -> bool:
+    if a == b:
+        return True
+    return a.dtype == b.dtype and a.rank == b.rank and a.evaluate(env) == b.evaluate(env)
