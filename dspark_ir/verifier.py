@@ -110,8 +110,9 @@ def _check_buffers(g: Graph, order: list[Node]) -> Iterator[VerifyError]:
                 continue
             buf = node.operands[o_index]
             root = _buffer_root(buf, node)
-            if root is None or not root.inout:
-                yield _err(f"updates %{buf.name} in place, but it is not an inout buffer", node.where)
+            if root is None or not (root.inout or (root.producer is not None and root.producer.opdef.allocates)):
+                yield _err(f"updates %{buf.name} in place, but it is neither an inout parameter "
+                           "nor a locally allocated buffer", node.where)
                 continue
             if buf.name in writer_of:
                 yield _err(f"%{buf.name} is updated in place twice (also by '{writer_of[buf.name].name}')",
@@ -134,7 +135,9 @@ def _check_buffers(g: Graph, order: list[Node]) -> Iterator[VerifyError]:
 def _buffer_root(v: Value, seen_from: Node) -> Value | None:
     while v.producer is not None:
         node = v.producer
-        alias = {r: o for r, o in node.opdef.aliases.items()}.get(v.index)
+        if node.opdef.allocates:
+            return v
+        alias = node.opdef.aliases.get(v.index)
         if alias is None:
             return None
         v = node.operands[alias]

@@ -153,6 +153,7 @@ class OpDef:
     reference: ClassVar[str | None] = None      # "kernels.<family>:<function>"
     family: ClassVar[str] = ""                  # kernel family (module under kernels/)
     collective: ClassVar[bool] = False          # runs across ranks (interpreter gathers all ranks)
+    allocates: ClassVar[bool] = False           # results are fresh local buffers (may be updated in place)
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------

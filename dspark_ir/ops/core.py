@@ -123,6 +123,7 @@ class Zeros(OpDef):
     name = "zeros"
     operands = ()
     attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "f32")}
+    allocates = True
     reference = "kernels.elementwise:zeros"
     family = "elementwise"
 
