@@ -136,11 +136,13 @@ class Matmul(OpDef):
     """a[M,K] @ b[K,N] (or b[N,K] with trans_b) with an f32/i32/bf16 result.
 
     `accumulate` records how split-K partial sums are combined: `none` (one pass over K), `atomic`
-    (fp32 atomic adds into a zeroed buffer, order = completion order) or `ordered` (disjoint partial
-    buffers reduced in ascending split order). `k_split` and `m_split` are the fan-out factors.
+    (fp32 atomic adds of each k split into the `acc` operand, a seeded buffer updated in place; on
+    hardware the order is completion order, the reference adds splits in ascending order) or `ordered`
+    (disjoint partial buffers reduced in ascending split order). `k_split`/`m_split` are fan-out factors.
     """
     name = "matmul"
-    operands = ("a", "b")
+    operands = ("a", "b", "*acc")
+    aliases = {0: 2}
     attrs = {
         "out": Attr("dtype", "f32"),
         "trans_b": Attr("bool", False),
@@ -153,7 +155,10 @@ class Matmul(OpDef):
     family = "matmul"
 
     def infer(self, ins, attrs):
-        a, b = ins
+        a, b, *acc = ins
+        expect(len(acc) <= 1, "matmul takes at most one accumulator")
+        expect(bool(acc) == (attrs["accumulate"] == "atomic"),
+               "an atomic matmul takes exactly one accumulator operand (the seeded buffer); others take none")
         expect_rank(a, 2, "lhs")
         expect_rank(b, 2, "rhs")
         int8 = a.dtype == DType.i8
@@ -166,10 +171,14 @@ class Matmul(OpDef):
         k_b, n = (b.shape[1], b.shape[0]) if attrs["trans_b"] else (b.shape[0], b.shape[1])
         expect_same_dim(a.shape[1], k_b, "contraction dims")
         expect(attrs["k_split"] >= 1 and attrs["m_split"] >= 1, "k_split and m_split must be >= 1")
-        return [TensorType(attrs["out"], (a.shape[0], n))]
+        out = TensorType(attrs["out"], (a.shape[0], n))
+        if acc:
+            expect(acc[0].shape == out.shape and acc[0].dtype == DType.fp32,
+                   f"accumulator must be f32[{a.shape[0]},{n}], got {acc[0]}")
+        return [out]
 
     def tile_axes(self, ins, outs, attrs):
-        a, b = ins
+        a, b = ins[0], ins[1]
         n = b.shape[0] if attrs["trans_b"] else b.shape[1]
         return [("m", a.shape[0]), ("n", n), ("k", a.shape[1])]
 
@@ -189,6 +198,33 @@ class RmsNorm(OpDef):
         expect_rank(w, 1, "weight")
         expect_same_dim(x.shape[-1], w.shape[0], "weight length")
         return [x.with_dtype(DType.bf16)]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("rows", ins[0].shape[0])]
+
+
+@register_op
+class Rope(OpDef):
+    """Interleaved RoPE (or its inverse) on the last rope_dim dims; halves rounded separately."""
+    name = "rope"
+    operands = ("x", "cos", "sin")
+    attrs = {"rope_dim": Attr("int", REQUIRED), "inverse": Attr("bool", False), "out": Attr("dtype", "bf16")}
+    reference = "kernels.rope:rope"
+    family = "rope"
+
+    def infer(self, ins, attrs):
+        x, cos, sin = ins
+        rope_dim = attrs["rope_dim"]
+        expect(rope_dim > 0 and rope_dim % 2 == 0, f"rope_dim must be positive and even, got {rope_dim}")
+        expect(x.rank >= 2, f"x must have a leading row axis, got {x}")
+        width = x.shape[-1].value()
+        expect(width is None or rope_dim <= width, f"rope_dim {rope_dim} exceeds the last dim of {x}")
+        for name, t in (("cos", cos), ("sin", sin)):
+            expect_rank(t, 2, name)
+            expect_same_dim(t.shape[0], x.shape[0], f"{name} rows")
+            expect(t.shape[1].value() in (None, rope_dim // 2), f"{name} must have {rope_dim // 2} columns, got {t}")
+        expect(attrs["out"] in FLOATS, f"rope cannot produce {attrs['out']}")
+        return [x.with_dtype(attrs["out"])]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]
