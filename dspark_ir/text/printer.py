@@ -8,13 +8,13 @@ from ..ops.base import COMMON_ATTRS, format_attr_value
 
 
 def print_graph(g: Graph, header: Iterable[str] = ()) -> str:
-    lines = [f"// {h}" if h else "//" for h in header]
+    lines = [f"# {h}" if h else "#" for h in header]
     lines.append(_signature(g))
     block = None
     for node in g.topo_order():
         if node.block != block:
             block = node.block
-            lines.append(f"  // {block or '(top)'}")
+            lines.append(f"  # {block or '(top)'}")
         lines.append("  " + format_node(node))
     rets = ", ".join(f"%{v.name}" for v in g.returns)
     lines.append(f"  return {rets}" if rets else "  return")
