@@ -102,39 +102,49 @@ def _loc(filename: str, item: Tree | Token) -> str:
 
 # ---- dims ---------------------------------------------------------------------------------------
 _DIM_BUILDERS = {"add": D.add, "sub": D.sub, "mul": D.mul, "floordiv": D.floordiv}
+MAX_DIM_DEPTH = 100
+MAX_INT = 2**63 - 1
 
 
-def _dim(t: Tree | Token, filename: str) -> D.Dim:
+def _dim(t: Tree | Token, filename: str, depth: int = 0) -> D.Dim:
     if isinstance(t, Token):
         return _dim_token(t, filename)
+    if depth > MAX_DIM_DEPTH:
+        raise ParseError(f"dim expression nested more than {MAX_DIM_DEPTH} levels deep", _loc(filename, t))
     if t.data in _DIM_BUILDERS:
-        a, b = (_dim(c, filename) for c in t.children)
+        a, b = (_dim(c, filename, depth + 1) for c in t.children)
         try:
             return _DIM_BUILDERS[t.data](a, b)
         except ValueError as e:
             raise ParseError(str(e), _loc(filename, t)) from None
     if t.data == "int_dim":
-        return D.Const(int(t.children[0]))
+        return _dim_token(t.children[0], filename)
     if t.data == "sym_dim":
         return D.Sym(str(t.children[0]))
     if t.data == "neg":
-        return D.sub(0, _dim(t.children[0], filename))
+        return D.sub(0, _dim(t.children[0], filename, depth + 1))
     if t.data == "truediv":
         raise ParseError("'/' is only allowed inside ceil(a/b); use '//' for floor division", _loc(filename, t))
     if t.data == "call_dim":
-        return _call(t, filename)
+        return _call(t, filename, depth + 1)
     raise ParseError(f"not a dim expression ({t.data})", _loc(filename, t))
+
+
+def _int(t: Token, filename: str) -> int:
+    if len(t) > 19 or int(t) > MAX_INT:
+        raise ParseError("integer literal out of range (at most 2^63-1)", _loc(filename, t))
+    return int(t)
 
 
 def _dim_token(t: Token, filename: str) -> D.Dim:
     if t.type == "INT":
-        return D.Const(int(t))
+        return D.Const(_int(t, filename))
     if t.type == "IDENT":
         return D.Sym(str(t))
     raise ParseError(f"not a dim: {t.value!r}", _loc(filename, t))
 
 
-def _call(t: Tree, filename: str) -> D.Dim:
+def _call(t: Tree, filename: str, depth: int) -> D.Dim:
     fn, *args = t.children
     name = str(fn)
     if name not in D.FUNCTIONS:
@@ -143,11 +153,11 @@ def _call(t: Tree, filename: str) -> D.Dim:
         if name == "ceil":
             if len(args) != 1 or not (isinstance(args[0], Tree) and args[0].data == "truediv"):
                 raise ParseError("ceil takes one argument of the form a/b", _loc(filename, t))
-            a, b = (_dim(c, filename) for c in args[0].children)
+            a, b = (_dim(c, filename, depth) for c in args[0].children)
             return D.ceildiv(a, b)
         if len(args) != 2:
             raise ParseError(f"{name} takes two arguments", _loc(filename, t))
-        a, b = (_dim(c, filename) for c in args)
+        a, b = (_dim(c, filename, depth) for c in args)
         return D.dmin(a, b) if name == "min" else D.dmax(a, b)
     except ValueError as e:
         raise ParseError(str(e), _loc(filename, t)) from None
@@ -190,7 +200,7 @@ class _GraphBuilder:
             name_tok = sym.children[0]
             if str(name_tok) in g.symbols:
                 raise ParseError(f"symbol '{name_tok}' declared twice", _loc(self.filename, name_tok))
-            g.symbols[str(name_tok)] = int(sym.children[1]) if len(sym.children) > 1 else None
+            g.symbols[str(name_tok)] = _int(sym.children[1], self.filename) if len(sym.children) > 1 else None
 
     def _params(self, g: Graph, tree: Tree) -> None:
         for p in tree.children:
@@ -269,8 +279,9 @@ class _GraphBuilder:
             return [self._value(c) for c in v.children]
         if v.data == "string_value":
             return ast.literal_eval(str(v.children[0]))
-        if v.data == "float_value":
-            return float(v.children[0])
-        if v.data == "neg_float_value":
-            return -float(v.children[0])
+        if v.data in ("float_value", "neg_float_value"):
+            number = float(v.children[0])
+            if number == float("inf"):
+                raise ParseError("number out of range", _loc(self.filename, v))
+            return -number if v.data == "neg_float_value" else number
         return _dim(v, self.filename)
