@@ -191,6 +191,11 @@ class Graph:
             self.nodes = self._reinsert(node)
         value.name = new_name
         self.values[new_name] = value
+        self._users = None
+
+    def invalidate(self) -> None:
+        """Forget derived indexes; call after editing a node's operands, deps or attrs in place."""
+        self._users = None
 
     def _reinsert(self, node: Node) -> dict[str, Node]:
         nodes = dict(self.nodes)

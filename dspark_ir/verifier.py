@@ -1,7 +1,7 @@
 """The verifier: structural, type, attribute, tiling and buffer invariants. Errors name the node."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import networkx as nx
 
@@ -9,6 +9,17 @@ from .dims import Dim
 from .errors import DsparkError, ShapeError, VerifyError
 from .graph import Graph, Node, Value, infer_types
 from .types import TensorType
+
+
+GraphCheck = Callable[[Graph], Iterable[VerifyError]]
+GRAPH_CHECKS: list[GraphCheck] = []
+
+
+def register_graph_check(fn: GraphCheck) -> GraphCheck:
+    """Add a whole-graph check (e.g. the signal protocol rules of ops/signal.py) to every verify."""
+    if fn not in GRAPH_CHECKS:
+        GRAPH_CHECKS.append(fn)
+    return fn
 
 
 def verify(g: Graph) -> None:
@@ -26,9 +37,19 @@ def check(g: Graph) -> Iterator[VerifyError]:
     except VerifyError as e:
         yield e
         return
+    node_errors = False
     for node in order:
-        yield from _check_node(g, node)
+        for error in _check_node(g, node):
+            node_errors = True
+            yield error
     yield from _check_buffers(g, order)
+    if node_errors:
+        return
+    from .ops import load_all
+
+    load_all()
+    for graph_check in GRAPH_CHECKS:
+        yield from graph_check(g)
 
 
 def _err(message: str, where: str) -> VerifyError:
