@@ -30,8 +30,25 @@ _TERMINAL_NAMES = {
 
 @lru_cache(maxsize=None)
 def _lark(start: str) -> Lark:
-    return Lark(GRAMMAR.read_text(), parser="lalr", start=start, propagate_positions=True,
-                maybe_placeholders=False)
+    # Tokens carry line:col; trees do not need positions (and building them costs a third of a parse).
+    return Lark(GRAMMAR.read_text(), parser="lalr", start=start, maybe_placeholders=False, cache=_cache_path(start))
+
+
+def _cache_path(start: str) -> str | bool:
+    """Cache the compiled grammar under the user cache dir (a cold build costs ~0.3 s per process)."""
+    import hashlib
+    import os
+    import tempfile
+
+    import lark
+
+    root = Path(os.environ.get("DSPARK_CACHE_DIR") or Path.home() / ".cache" / "dspark") / "lark"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        root = Path(tempfile.gettempdir())
+    digest = hashlib.sha256(GRAMMAR.read_bytes() + lark.__version__.encode()).hexdigest()[:16]
+    return str(root / f"dsir-{start}-{digest}.lark")
 
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
@@ -95,9 +112,21 @@ def _expected(names) -> str:
 
 
 def _loc(filename: str, item: Tree | Token) -> str:
-    if isinstance(item, Token):
-        return f"{filename}:{item.line}:{item.column}"
-    return f"{filename}:{item.meta.line}:{item.meta.column}"
+    token = item if isinstance(item, Token) else _first_token(item)
+    if token is None:
+        return filename
+    return f"{filename}:{token.line}:{token.column}"
+
+
+def _first_token(tree: Tree) -> Token | None:
+    """The leftmost token under `tree` (iterative: expression trees can be thousands deep)."""
+    stack: list[Tree | Token] = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Token):
+            return item
+        stack.extend(reversed(item.children))
+    return None
 
 
 # ---- dims ---------------------------------------------------------------------------------------
@@ -226,12 +255,14 @@ class _GraphBuilder:
         attrs: dict[str, Any] = {}
         types: list[TensorType] = []
         attr_tree = None
+        attr_keys: dict[str, Token] = {}
         for child in rest:
             if child.data == "operands":
                 operand_toks = list(child.children)
             elif child.data == "attr_dict":
                 attr_tree = child
                 attrs = self._attrs(child)
+                attr_keys = {str(a.children[0]): a.children[0] for a in child.children}
             elif child.data == "deps":
                 dep_toks = list(child.children)
             elif child.data == "types":
@@ -247,7 +278,8 @@ class _GraphBuilder:
         try:
             normalized = get_op(op_name).normalize_attrs(attrs)
         except DsparkError as e:
-            raise ParseError(e.message, _loc(self.filename, attr_tree or op_tok)) from None
+            named = [tok for key, tok in attr_keys.items() if f"'{key}'" in e.message]
+            raise ParseError(e.message, _loc(self.filename, named[0] if named else (attr_tree or op_tok))) from None
         node = Node(str(result_toks[0])[1:], op_name, [], [], normalized, [], (), _loc(self.filename, result_toks[0]))
         node.seq = g._seq_for(None)
         node.results = [Value(str(t)[1:], ty, node, i) for i, (t, ty) in enumerate(zip(result_toks, types))]
