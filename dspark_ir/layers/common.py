@@ -1,0 +1,238 @@
+"""Shared sub-block builders of the decode layers, in the seed's *before* (unoptimised) structure.
+
+Each builder adds the stages of one sub-block of dspark-model.md §3.1 / §3.5 / §3.2-11, stage by stage, with the
+seed's tiles (`tile`), SPMD block counts (`blocks`), early-resolve hints (`aer`) and explicit edges (`deps`).
+Node names are `<block>.<seed stage>[.<suffix>]`. The API (used by swa.py, csa.py, hca.py, moe.py):
+
+    pre = hc_pre(b, x_hc, hc_fn, hc_scale, hc_base, block="hc")   -> HcPre(x_mixed, post, comb)
+    x_normed, late = attn_norm(b, pre.x_mixed, norm_w)             -> rms_norm (bf16), late_dep join (token)
+    qkv = qkv_proj_rope(b, x_normed, late, rope_cos, rope_sin, positions)
+                                                                   -> Qkv(q, kv, qr, qr_scale, cos_il, sin_signed)
+    attn_out = o_proj(b, packed)                                   -> bf16[T, D]: TP1 proj_a/quant/proj_b per group
+                                                                      + proj_b_act, or the TP path a2a → tp_o_a /
+                                                                      quant / tp_o_b per local group → dequant → RS
+    x_out = hc_post(b, attn_out, x_hc, pre)                        -> f32[T, hc_mult, D]
+    attention_params(b) -> AttnParams                              the common attention graph parameters
+
+`qkv_proj_rope` declares nothing; `attention_params` declares every common input (named like goldens.inputs)
+in the golden's order, so CSA/HCA add only their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..dims import ceildiv
+from ..graph import Value
+from . import GraphBuilder
+
+
+class HcPre(NamedTuple):
+    x_mixed: Value   # bf16[T, D]
+    post: Value      # f32[T, hc_mult]
+    comb: Value      # f32[T, hc_mult, hc_mult]
+
+
+class Qkv(NamedTuple):
+    q: Value           # bf16[T, H, HD]
+    kv: Value          # bf16[T, HD]
+    qr: Value          # i8[T, q_lora]
+    qr_scale: Value    # f32[T]
+    cos_il: Value      # bf16[T, rope_dim]  (q_rope_prepare, at each token's position)
+    sin_signed: Value  # bf16[T, rope_dim]
+
+
+@dataclass
+class AttnParams:
+    """The graph parameters every attention layer declares (names = goldens.inputs keys)."""
+    x_hc: Value
+    hc_fn: Value
+    hc_scale: Value
+    hc_base: Value
+    norm_w: Value
+    wq_a: Value
+    wq_b: Value
+    wq_b_scale: Value
+    wkv: Value
+    gamma_cq: Value
+    gamma_ckv: Value
+    attn_sink: Value
+    wo_a: Value
+    wo_b: Value
+    wo_b_scale: Value
+    rope_cos: Value
+    rope_sin: Value
+    positions: Value
+    kv_seq_len: Value
+    kv_cache: Value
+    kv_block_table: Value
+    swa_slot_mapping: Value
+    swa_indices: Value
+    swa_lens: Value
+
+
+def attention_params(b: GraphBuilder) -> AttnParams:
+    """Declare the common attention inputs. `kv_cache` is inout with `KV` rows (bound symbol)."""
+    c, geo = b.cfg, b.geo
+    T, D, H, HD = b.T, c.hidden, c.heads, c.head_dim
+    groups = c.local_o_groups if b.tp > 1 else c.o_groups
+    kv_rows = b.bind("KV", geo.rows(geo.kv_blocks))
+    p = b.param
+    return AttnParams(
+        x_hc=p("x_hc", "f32", [T, c.hc_mult, D]),
+        hc_fn=p("hc_fn", "f32", [c.mix_hc, c.hc_dim]),
+        hc_scale=p("hc_scale", "f32", [3]),
+        hc_base=p("hc_base", "f32", [c.mix_hc]),
+        norm_w=p("norm_w", "bf16", [D]),
+        wq_a=p("wq_a", "bf16", [D, c.q_lora]),
+        wq_b=p("wq_b", "i8", [c.q_lora, H * HD]),
+        wq_b_scale=p("wq_b_scale", "f32", [H * HD]),
+        wkv=p("wkv", "bf16", [D, HD]),
+        gamma_cq=p("gamma_cq", "bf16", [c.q_lora]),
+        gamma_ckv=p("gamma_ckv", "bf16", [HD]),
+        attn_sink=p("attn_sink", "f32", [H]),
+        wo_a=p("wo_a", "bf16", [groups, c.o_lora, c.heads_per_group * HD]),
+        wo_b=p("wo_b", "i8", [D, groups * c.o_lora]),
+        wo_b_scale=p("wo_b_scale", "f32", [D]),
+        rope_cos=p("rope_cos", "bf16", [c.max_pos, c.rope_dim]),
+        rope_sin=p("rope_sin", "bf16", [c.max_pos, c.rope_dim]),
+        positions=p("positions", "i32", [T]),
+        kv_seq_len=p("kv_seq_len", "i32", [b.B]),
+        kv_cache=p("kv_cache", "bf16", [kv_rows, HD], inout=True),
+        kv_block_table=p("kv_block_table", "i32", [b.B, geo.kv_blocks]),
+        swa_slot_mapping=p("swa_slot_mapping", "i32", [T]),
+        swa_indices=p("swa_indices", "i32", [T, c.window]),
+        swa_lens=p("swa_lens", "i32", [T]),
+    )
+
+
+# ---- §3.1 1a-1f: hc_pre -------------------------------------------------------------------------------------
+def hc_pre(b: GraphBuilder, x_hc: Value, hc_fn: Value, hc_scale: Value, hc_base: Value,
+           block: str = "hc") -> HcPre:
+    """hc_pre_rms ∥ (seed zeros → hc_pre_linear, ATOMIC split-K over LINEAR_OK) → split_pre_post, comb_sinkhorn →
+    mix_x. The atomic form is the pre-#982 one; the `deterministic-split-k` pass rewrites it into ordered partials
+    plus hc_pre_linear_reduce."""
+    c, t = b.cfg, b.tiles
+    T = b.T
+    rows = ceildiv(T, t.T_TILE)
+    rms = b.op("hc_pre_rms", x_hc, name=f"{block}.hc_pre_rms", eps=c.hc_eps, tile=[t.T_TILE, t.RMS_K_CHUNK],
+               blocks=rows, aer=True, **b.clamp(T, t.T_TILE))
+    seed = b.op("zeros", name=f"{block}.hc_pre_linear_seed", shape=[T, c.mix_hc])
+    mixes = b.op("hc_pre_linear", x_hc, hc_fn, seed, name=f"{block}.hc_pre_linear", accumulate="atomic",
+                 k_split=t.LINEAR_OK, tile=[t.LINEAR_T_TILE, t.LINEAR_K_CHUNK],
+                 blocks=ceildiv(T, t.LINEAR_T_TILE) * t.LINEAR_OK, aer=True, **b.clamp(T, t.LINEAR_T_TILE))
+    gate = dict(tile=[t.T_TILE], blocks=rows, **b.clamp(T, t.T_TILE))
+    pre, post = b.op("split_pre_post", mixes, rms, hc_scale, hc_base, name=f"{block}.split_pre_post",
+                     hc_mult=c.hc_mult, eps=c.hc_eps, **gate)
+    comb = b.op("comb_sinkhorn", mixes, rms, hc_scale, hc_base, name=f"{block}.comb_sinkhorn", hc_mult=c.hc_mult,
+                iters=c.sinkhorn_iters, eps=c.hc_eps, **gate)
+    d_tile = min(t.D_SPMD, c.hidden)
+    x_mixed = b.op("mix_x", x_hc, pre, name=f"{block}.mix_x", tile=[t.T_TILE, d_tile],
+                   blocks=rows * (c.hidden // d_tile), **b.clamp(T, t.T_TILE))
+    return HcPre(x_mixed, post, comb)
+
+
+# ---- §3.1 2-3: rms_norm, late_dep ---------------------------------------------------------------------------
+def attn_norm(b: GraphBuilder, x_mixed: Value, norm_w: Value, block: str = "attn") -> tuple[Value, Value]:
+    """rms_norm (spmd ceil(T/T_TILE), AER) and the scheduling-only late_dep join on it (delays KV work one hop)."""
+    t = b.tiles
+    x_normed = b.op("rmsnorm", x_mixed, norm_w, name=f"{block}.rms_norm", eps=b.cfg.rms_eps, tile=[t.T_TILE],
+                    blocks=ceildiv(b.T, t.T_TILE), aer=True, **b.clamp(b.T, t.T_TILE))
+    late = b.op("join", x_normed, name=f"{block}.late_dep", sched="late_dep")
+    return x_normed, late
+
+
+# ---- §3.1 4a-4j: qkv_proj_rope ------------------------------------------------------------------------------
+def qkv_proj_rope(b: GraphBuilder, x_normed: Value, late: Value, wq_a: Value, gamma_cq: Value, wq_b: Value,
+                  wq_b_scale: Value, wkv: Value, gamma_ckv: Value, rope_cos: Value, rope_sin: Value,
+                  positions: Value, block: str = "qkv") -> Qkv:
+    """Q side (q_rope_prepare, qr seed + atomic qr_proj_matmul, qr_rms_norm_quant, int8 qproj_matmul,
+    qproj_dequant_rms_nope_rope) and KV side (kv seed + atomic kv_proj_matmul after late_dep, M loop inside
+    (m_split 1), kv_rms_norm_rope with KV_RMS_T_TILE rows)."""
+    c, t = b.cfg, b.tiles
+    T, HD = b.T, c.head_dim
+    rows = ceildiv(T, t.T_TILE)
+    cos_il, sin_signed = b.op("rope_tables", rope_cos, rope_sin, positions, name=f"{block}.q_rope_prepare",
+                              rope_dim=c.rope_dim, tile=[t.T_TILE], blocks=rows, aer=True, **b.clamp(T, t.T_TILE))
+    # Q
+    qr_seed = b.op("zeros", name=f"{block}.qr_proj_seed", shape=[T, c.q_lora])
+    qr_n = min(t.QR_N_TILE, c.q_lora)
+    qr_acc = b.op("matmul", x_normed, wq_a, qr_seed, name=f"{block}.qr_proj_matmul", accumulate="atomic",
+                  k_split=t.QR_OK, tile=[t.KV_M_TILE, qr_n, t.QR_K_TILE], blocks=(c.q_lora // qr_n) * t.QR_OK,
+                  aer=True, **b.clamp(T, t.KV_M_TILE))
+    qr, qr_scale = b.op("qr_rms_norm_quant", qr_acc, gamma_cq, name=f"{block}.qr_rms_norm_quant", eps=c.rms_eps,
+                        tile=[t.T_TILE], blocks=rows, aer=True, **b.clamp(T, t.T_TILE))
+    n_q = c.heads * HD
+    q_n = min(t.QPROJ_MM_N_TILE, n_q)
+    q_acc = b.op("matmul", qr, wq_b, name=f"{block}.qproj_matmul", out="i32",
+                 tile=[t.QPROJ_M_TILE, q_n, c.q_lora], blocks=n_q // q_n, **b.clamp(T, t.QPROJ_M_TILE))
+    q = b.op("qproj_dequant_rms_nope_rope", q_acc, qr_scale, wq_b_scale, cos_il, sin_signed,
+             name=f"{block}.qproj_dequant_rms_nope_rope", heads=c.heads, eps=c.rms_eps, tile=[t.Q_ROPE_H_TILE],
+             blocks=c.heads // t.Q_ROPE_H_TILE, aer=True)
+    # KV
+    kv_seed = b.op("zeros", name=f"{block}.kv_proj_seed", shape=[T, HD])
+    kv_n = min(t.KV_N_TILE, HD)
+    kv_acc = b.op("matmul", x_normed, wkv, kv_seed, name=f"{block}.kv_proj_matmul", accumulate="atomic",
+                  k_split=t.KV_OK, m_split=1, tile=[t.KV_M_TILE, kv_n, t.KV_K_TILE],
+                  blocks=(HD // kv_n) * t.KV_OK, deps=[late], **b.clamp(T, t.KV_M_TILE))
+    kv = b.op("kv_rms_norm_rope", kv_acc, gamma_ckv, cos_il, sin_signed, name=f"{block}.kv_rms_norm_rope",
+              eps=c.rms_eps, tile=[t.KV_RMS_T_TILE], blocks=ceildiv(T, t.KV_RMS_T_TILE),
+              **b.clamp(T, t.KV_RMS_T_TILE))
+    return Qkv(q, kv, qr, qr_scale, cos_il, sin_signed)
+
+
+# ---- §3.5: the O path ---------------------------------------------------------------------------------------
+O_A_M_TILE, O_A_N_TILE, O_B_M_TILE, O_B_N_TILE, DEQ_M_TILE = 16, 128, 128, 512, 8  # seed literals (§3.5)
+
+
+def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value,
+           block: str = "o") -> Value:
+    """packed bf16[o_groups, T, hpg·HD] → attn_out bf16[T, D]: the TP1 decode_o_proj_tp1 form, or at TP > 1 the
+    all-to-all, per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial) and the f32
+    reduce-scatter with one bf16 rounding."""
+    if b.tp == 1:
+        return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
+                         ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16")
+    recv = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp)
+    rows = b.tp * b.T
+    partial = _o_groups(b, recv, wo_a, wo_b, wo_b_scale, block, b.cfg.local_o_groups, rows,
+                        ("tp_o_a", "tp_o_a_quant", "tp_o_b", "tp_o_b_dequant"), "f32")
+    return b.op("tp_o_reduce_scatter", partial, name=f"{block}.tp_o_reduce_scatter", tp=b.tp)
+
+
+def _o_groups(b: GraphBuilder, heads: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value, block: str,
+              groups: int, rows, stages: tuple[str, str, str, str], out: str) -> Value:
+    c = b.cfg
+    a_stage, q_stage, b_stage, deq_stage = stages
+    a_n, b_n = min(O_A_N_TILE, c.o_lora), min(O_B_N_TILE, c.hidden)
+    parts: list[Value] = []
+    for g in range(groups):
+        o_r = b.op("o_proj_a", heads, wo_a, name=f"{block}.{a_stage}.g{g}", group=g, tile=[O_A_M_TILE, a_n],
+                   blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), **b.clamp(rows, O_A_M_TILE))
+        o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1)
+        acc = b.op("o_proj_b", o_i8, wo_b, name=f"{block}.{b_stage}.g{g}", group=g, tile=[O_B_M_TILE, b_n],
+                   blocks=ceildiv(rows, O_B_M_TILE) * (c.hidden // b_n), **b.clamp(rows, O_B_M_TILE))
+        parts += [acc, scale]
+    return b.op("o_proj_b_dequant", wo_b_scale, *parts, name=f"{block}.{deq_stage}", out=out,
+                tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n),
+                **b.clamp(rows, DEQ_M_TILE))
+
+
+# ---- §3.2 11: hc_post ---------------------------------------------------------------------------------------
+HC_POST_T_TILE = 4  # seed: spmd ceil(T/4)·4, one block per (4 tokens, stream)
+
+
+def hc_post(b: GraphBuilder, x_attn: Value, x_hc: Value, pre: HcPre, block: str = "hc") -> Value:
+    """x_out = x_attn·post + Σ_i x_hc[:, i]·comb[:, i] (f32[T, hc_mult, D])."""
+    c = b.cfg
+    return b.op("hc_post", x_attn, x_hc, pre.post, pre.comb, name=f"{block}.hc_post", tile=[HC_POST_T_TILE, 1],
+                blocks=ceildiv(b.T, HC_POST_T_TILE) * c.hc_mult, **b.clamp(b.T, HC_POST_T_TILE))
+
+
+def attention_prefix(b: GraphBuilder, p: AttnParams) -> tuple[HcPre, Value, Value, Qkv]:
+    """hc_pre → rms_norm + late_dep → qkv_proj_rope: (pre, x_normed, late_dep, qkv)."""
+    pre = hc_pre(b, p.x_hc, p.hc_fn, p.hc_scale, p.hc_base)
+    x_normed, late = attn_norm(b, pre.x_mixed, p.norm_w)
+    qkv = qkv_proj_rope(b, x_normed, late, p.wq_a, p.gamma_cq, p.wq_b, p.wq_b_scale, p.wkv, p.gamma_ckv,
+                        p.rope_cos, p.rope_sin, p.positions)
+    return pre, x_normed, late, qkv

@@ -1,0 +1,101 @@
+"""decode-hca: the HCA decode layer (ratio R = 128, TINY 16; odd layers), dspark-model.md §3.1, §3.3, §3.5;
+dsv4-math §4, §6, §10.
+
+Stages, in the seed's *before* structure (node = `<block>.<seed stage>`):
+  shared prefix (hc.*, attn.rms_norm, attn.late_dep, qkv.*)
+  2'      hca.cmp_rope_rows (rows at the entry pooled this step, R·(first // R)) → hca.rope_interleave
+  5       hca.hca_cache_writeback                      kv → kv_cache (in place)
+  6a-c    cmp.kv_score_proj → cmp.scatter_softmax_pool → cmp.rmsnorm_rope_cache_write      r=R compressor
+  7       hca.cache_ready_dep                          join of both cache writes
+  8a-b    hca.hca_gather_kv → hca.hca_raw_transpose
+  8c-d    hca.rope_swap, hca.rope_cs
+  8e      hca.hca_raw_attn                             raw-window stream state (m, l, unnormalised heads)
+  8f-g    hca.hca_cmp_work_gather → hca.hca_cmp_qk_pv   compressed partials per work item of CMP_PAGES_PER_WORK pages
+  8h      hca.hca_stream_merge                         normalised f32 stream heads
+  8i      hca.hca_stream_pack                          inverse RoPE, bf16, group-major pack
+          (8h and 8i stay TWO ops: the `fuse-merge-rope-pack` pass fuses them into hca_stream_merge_pack)
+  9-11    O path (o.*), hca.hca_output_bridge (TP > 1), hc.hc_post
+Returns x_out and the updated kv_cache, cmp_kv, cmp_state.
+"""
+from __future__ import annotations
+
+from ..dims import ceildiv
+from . import GraphBuilder
+from .common import attention_params, attention_prefix, hc_post, o_proj
+from .csa import compressor, finish_tiles, max_visible_entries, request_rope
+
+
+def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
+    """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It bounds the
+    number of compressed work items (`works` on hca.hca_cmp_work_gather)."""
+    c, t, geo = b.cfg, b.tiles, b.geo
+    T, B, HD, R = b.T, b.B, c.head_dim, c.hca_ratio
+    p = attention_params(b)
+    cmp_rows = b.bind("CMP", geo.rows(geo.hca_blocks))
+    state_rows = b.bind("STATE", geo.rows(geo.hca_state_blocks))
+    par = b.param
+    cmp_wkv = par("cmp_wkv", "bf16", [HD, c.hidden])
+    cmp_wgate = par("cmp_wgate", "bf16", [HD, c.hidden])
+    cmp_ape = par("cmp_ape", "f32", [R, HD])
+    cmp_norm_w = par("cmp_norm_w", "bf16", [HD])
+    cmp_kv = par("cmp_kv", "bf16", [cmp_rows, HD], inout=True)
+    cmp_block_table = par("cmp_block_table", "i32", [B, geo.hca_blocks])
+    cmp_slot_mapping = par("cmp_slot_mapping", "i32", [T])
+    cmp_state = par("cmp_state", "f32", [state_rows, 2 * HD], inout=True)
+    cmp_state_block_table = par("cmp_state_block_table", "i32", [B, geo.hca_state_blocks])
+
+    pre, x_normed, late, qkv = attention_prefix(b, p)
+
+    # 2': RoPE rows of the entry pooled this step
+    ent_cos, ent_sin = request_rope(b, "hca", "cmp_rope_rows", "hca.rope_interleave", p.rope_cos, p.rope_sin,
+                                    p.positions, at="boundary", ratio=R)
+
+    # 5 ∥ 6: original-KV writeback and the ratio-R compressor, joined by cache_ready_dep
+    kv_cache = b.op("kv_cache_writeback", qkv.kv, p.kv_cache, p.swa_slot_mapping, name="hca.hca_cache_writeback",
+                    tile=[t.T_TILE], blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
+    cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
+                                   cmp_state_block_table, p.positions, ratio=R, head_dim=HD, overlap=False,
+                                   out_tile=t.CMP_OUT_TILE)
+    cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
+                  p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=R, seq=c.seq, eps=c.rms_eps,
+                  aer=True, **finish_tiles(b))
+    ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
+
+    # 8a-e: the raw-window stream
+    rows = b.op("swa_gather_kv", kv_cache, p.swa_indices, name="hca.hca_gather_kv",
+                tile=[c.window // t.GATHER_SPLITS], blocks=T * t.GATHER_SPLITS, deps=[ready])
+    rows_t = b.op("hca_raw_transpose", rows, name="hca.hca_raw_transpose", tile=[t.RAW_K_TILE],
+                  blocks=T * ceildiv(c.window, t.RAW_K_TILE))
+    swap = b.op("rope_swap_idx", name="hca.rope_swap", rope_dim=c.rope_dim, blocks=1)
+    cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
+                              names=["hca.rope_cs", "hca.rope_cs.sin"], rope_dim=c.rope_dim, blocks=2)
+    head_blocks = T * ceildiv(c.heads, t.H_TILE)
+    sm, sl, sheads = b.op("hca_raw_attn", qkv.q, rows, rows_t, p.swa_indices,
+                          names=["hca.hca_raw_attn", "hca.stream_state_l", "hca.stream_heads"],
+                          scale=c.softmax_scale, tile=[1, t.H_TILE], blocks=head_blocks)
+
+    # 8f-g: compressed partials per work item (neutral past the visible rows)
+    work_rows = t.CMP_PAGES_PER_WORK * c.block_size
+    n_max = max_visible_entries(b, R, geo.hca_blocks, max_context)
+    works = max(1, -(-n_max // work_rows))
+    crow, cphys = b.op("hca_cmp_work_gather", cmp_kv, cmp_block_table,
+                       names=["hca.hca_cmp_work_gather", "hca.hca_cmp_work_gather.phys"], block_size=c.block_size,
+                       work_rows=work_rows, works=works, blocks=B * works, deps=[ready])
+    cm, cl, co = b.op("hca_cmp_qk_pv", qkv.q, crow, cphys, p.positions, p.kv_seq_len,
+                      names=["hca.hca_cmp_qk_pv", "hca.hca_cmp_qk_pv.l", "hca.hca_cmp_qk_pv.o"],
+                      scale=c.softmax_scale, ratio=R, seq=c.seq, work_rows=work_rows, max_rows=c.max_pos // R,
+                      tile=[1], blocks=T * works)
+
+    # 8h-i: merge (normalised f32 stream heads) → pack (inverse RoPE, bf16, group-major)
+    merged = b.op("hca_stream_merge", sm, sl, sheads, cm, cl, co, p.attn_sink, name="hca.hca_stream_merge",
+                  tile=[1, t.H_TILE], blocks=head_blocks)
+    packed = b.op("hca_stream_pack", merged, cos_il, sin_signed, swap, name="hca.hca_stream_pack",
+                  o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
+
+    # 9-11: O path, bridge, hc_post
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    if b.tp > 1:
+        attn_out = b.op("o_local_bridge", attn_out, name="hca.hca_output_bridge", tile=[t.T_TILE],
+                        blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
+    x_out = hc_post(b, attn_out, p.x_hc, pre)
+    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)

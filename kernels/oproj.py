@@ -1,0 +1,137 @@
+"""Grouped W8A8 output projection kernels (dsv4-math §7): numpy references.
+
+o_r = f32(packed[g]) @ f32(wo_a[g]).T stays f32; per-(token, group) q8; each group's int8 product is dequantised
+with its activation scale and summed over the groups in ascending order, then multiplied by wo_b_scale. At TP1
+the sum is rounded to bf16 (attn_out); at TP > 1 it is the f32 partial the reduce-scatter sums.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from goldens.numerics import q8
+
+from ._np import as_dtype, f32
+
+F32 = np.float32
+
+
+def _mm(a, b) -> np.ndarray:
+    """f32 matmul accumulated in f64 and rounded once (the golden convention; order-independent per row)."""
+    return (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(F32)
+
+
+def o_proj_a(heads, wo_a, *, group, **_):
+    """o_r = f32(heads[group]) @ f32(wo_a[group]).T → f32 [rows, o_lora]."""
+    return _mm(f32(heads[group]), f32(wo_a[group]).T)
+
+
+def quant_rows(x, **_):
+    """q8 per row (dsv4-math §0): (int8 values, f32 dequant scale [rows])."""
+    xi8, scale = q8(f32(x))
+    return xi8, scale[:, 0].astype(F32)
+
+
+def o_proj_b(x_i8, wo_b, *, group, **_):
+    """Exact int8 product x_i8 @ wo_b[:, group·K:(group+1)·K].T → i32 [rows, hidden]."""
+    k = np.shape(x_i8)[1]
+    w = np.asarray(wo_b)[:, group * k:(group + 1) * k]
+    return (np.asarray(x_i8, np.int64) @ np.asarray(w, np.int64).T).astype(np.int32)
+
+
+def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
+    """acc = Σ_g f32(acc_g)·s_g (groups ascending; parts = acc_0, s_0, acc_1, s_1, ...), then acc·wo_b_scale;
+    rounded to bf16 when out = bf16 (TP1 attn_out), else the f32 TP partial."""
+    acc = None
+    for a, s in zip(parts[0::2], parts[1::2]):
+        term = f32(a) * f32(s)[:, None]
+        acc = term if acc is None else acc + term
+    return as_dtype(acc * f32(wo_b_scale)[None, :], out)
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py); each mirrors the reference above:
+# o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
+# agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
+# o_proj_b_dequant adds the groups in ascending order.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile, py_list, row_block, vec_tile  # noqa: E402
+
+
+def pypto_o_proj_a(spec: KernelSpec) -> str:
+    heads, wo_a = spec.operands
+    out = spec.results[0]
+    g = int(spec.attrs["group"])
+    _, rows, width = heads.shape
+    _, n, _ = wo_a.shape
+    src = Src(spec.static().signature())
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, width), 2)))})")
+    src(f"a = pypto.reshape(pypto.view({heads.name}, [1, {rows}, {width}], [{g}, 0, 0]), [{rows}, {width}])")
+    src(f"b = pypto.reshape(pypto.view({wo_a.name}, [1, {n}, {width}], [{g}, 0, 0]), [{n}, {width}])")
+    src(f"pypto.set_cube_tile_shapes({cube_tile(min(rows, 64), 64)}, {cube_tile(width, 128)}, {cube_tile(n, 64)})")
+    src("c = pypto.matmul(a, b, pypto.DT_FP32, b_trans=True)")
+    src(f"pypto.assemble(c, [0, 0], {out.name})")
+    return src.text()
+
+
+def pypto_quant_rows(spec: KernelSpec) -> str:
+    x = spec.operands[0]
+    q, scale = spec.results
+    width = x.shape[1]
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, row_block(spec, default=8))
+    br = loop.shape(x)[0]
+    valid = "valid" if loop.looped and loop.partial else str(br)
+    with loop.loop():
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, width), 4)))})")
+        src(f"xv = {loop.view(x)}")
+        src("amax = pypto.maximum(pypto.amax(pypto.abs(xv), -1, keepdim=True), 0.0001)")
+        src(f"k = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32, valid_shape=[{valid}, 1]), amax)")
+        src(f"qv = {cast_expr('pypto.mul(xv, k)', 'f32', 'i8')}")
+        loop.store("qv", q)
+        src(f"s = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32, valid_shape=[{valid}, 1]), k)")
+        src(f"s1 = pypto.reshape(s, [{br}], valid_shape=[{valid}])")
+        loop.store("s1", scale)
+    return src.text()
+
+
+def pypto_o_proj_b(spec: KernelSpec) -> str:
+    x, wo_b = spec.operands
+    out = spec.results[0]
+    g = int(spec.attrs["group"])
+    k = x.shape[1]
+    n = wo_b.shape[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, row_block(spec, default=64))
+    br = loop.shape(x)[0]
+    with loop.loop():
+        src(f"pypto.set_cube_tile_shapes({cube_tile(br, 64)}, {cube_tile(k, 128, 32)}, {cube_tile(n, 64, 32)})")
+        src(f"w = pypto.view({wo_b.name}, [{n}, {k}], [0, {g * k}])")
+        src(f"c = pypto.matmul({loop.view(x)}, w, pypto.DT_INT32, b_trans=True)")
+        loop.store("c", out)
+    return src.text()
+
+
+def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
+    sw, *parts = spec.operands
+    out = spec.results[0]
+    rows, n = parts[0].shape
+    src = Src(spec.signature())
+    loop = RowLoop(src, parts[0], row_block(spec, default=8))
+    br = loop.shape(parts[0])[0]
+    with loop.loop():
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, n), 4)))})")
+        src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
+        for i in range(0, len(parts), 2):
+            acc, s = parts[i], parts[i + 1]
+            src(f"s{i // 2} = pypto.reshape({loop.view(s)}, [{br}, 1]"
+                + (", valid_shape=[valid, 1])" if loop.looped and loop.partial else ")"))
+            term = f"pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, s{i // 2})"
+            src(f"total = {term}" if i == 0 else f"total = pypto.add(total, {term})")
+        src(f"y = {cast_expr('pypto.mul(total, swv)', 'f32', out.dtype)}")
+        loop.store("y", out)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {
+    "o_proj_a": pypto_o_proj_a, "quant_rows": pypto_quant_rows, "o_proj_b": pypto_o_proj_b,
+    "o_proj_b_dequant": pypto_o_proj_b_dequant,
+}
