@@ -186,7 +186,22 @@ def floordiv(a: DimLike, b: DimLike) -> Dim:
         return Const(a.n // b.n)
     if b == Const(1):
         return a
+    exact = _divide_exactly(a, b)
+    if exact is not None:
+        return exact
     return BinOp("//", a, b)
+
+
+def _divide_exactly(a: Dim, b: Dim) -> Dim | None:
+    """x when a is b·x or x·b, or (k·x)//m with m dividing k; otherwise None."""
+    if not (isinstance(a, BinOp) and a.op == "*"):
+        return None
+    for factor, other in ((a.a, a.b), (a.b, a.a)):
+        if factor == b:
+            return other
+        if isinstance(factor, Const) and isinstance(b, Const) and factor.n % b.n == 0:
+            return mul(factor.n // b.n, other)
+    return None
 
 
 def ceildiv(a: DimLike, b: DimLike) -> Dim:
