@@ -26,9 +26,13 @@ class OutputDir:
         self.real_root = self.root.resolve()
 
     def path(self, relative: str) -> Path:
+        if "\x00" in str(relative):
+            raise OutputError("a file name cannot contain a NUL byte", repr(str(relative)))
         rel = Path(relative)
         if rel.is_absolute() or ".." in rel.parts:
             raise OutputError("refusing to write outside the output directory", relative)
+        if not rel.parts:
+            raise OutputError("not a file name", repr(str(relative)))
         target = self.root / rel
         resolved = target.resolve()
         if resolved != self.real_root and self.real_root not in resolved.parents:
@@ -36,15 +40,15 @@ class OutputDir:
         return target
 
     def write_text(self, relative: str, text: str) -> Path:
-        target = self.path(relative)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, text.encode())
-        return target
+        return self.write_bytes(relative, text.encode())
 
     def write_bytes(self, relative: str, data: bytes) -> Path:
         target = self.path(relative)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, data)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(target, data)
+        except OSError as e:
+            raise OutputError(f"cannot write: {e.strerror or e}", str(target)) from None
         return target
 
 
@@ -52,6 +56,7 @@ def write_atomic(target: Path, data: bytes) -> None:
     """Write to a temp file beside `target`, then rename: readers never see a partial file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)
@@ -72,3 +77,9 @@ def write_file_atomic(path: str | os.PathLike, text: str) -> None:
         write_atomic(target, text.encode())
     except OSError as e:
         raise OutputError(f"cannot write: {e.strerror}", str(target)) from None
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

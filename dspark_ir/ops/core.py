@@ -10,6 +10,13 @@ from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expe
 FLOATS = (DType.bf16, DType.fp16, DType.fp32)
 
 
+def _numel(shape) -> D.Dim:
+    total: D.Dim = D.Const(1)
+    for d in shape:
+        total = D.mul(total, d)
+    return total
+
+
 @register_op
 class Join(OpDef):
     """Zero-work task that completes when all its inputs have (`task_dummy`)."""
@@ -68,7 +75,12 @@ class Reshape(OpDef):
     family = "elementwise"
 
     def infer(self, ins, attrs):
-        return [ins[0].with_shape(attrs["shape"])]
+        x, shape = ins[0], attrs["shape"]
+        before, after = _numel(x.shape), _numel(shape)
+        a, b = before.value(), after.value()
+        expect(before == after or a is None or b is None or a == b,
+               f"reshape of {x} to [{', '.join(map(str, shape))}] changes the element count ({before} vs {after})")
+        return [x.with_shape(shape)]
 
 
 @register_op

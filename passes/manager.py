@@ -1,0 +1,262 @@
+"""The pass manager: runs the effective pipeline on a copy of a graph, with checks and instruments.
+
+    result = run_pipeline(g, "canonicalize,cse", check_numerics=True)      # or PassManager(...).run(g)
+    result.graph, result.runs[i].status / .rewrites / .added / .removed, result.pipeline.key
+
+Each pipeline entry is one pass application (numbered from 1, the unit of --bisect-limit). Before a pass:
+its `layer:` requirements (not applicable → skipped) and its required properties. After it: the input and
+return signature is unchanged, then the instruments run (verifier, round trip, numeric contract, dumps,
+printing). Any failure becomes a PassError that names the pass; instruments see it first (dumps mark the
+run failed, the reproducer writes the input snapshot and the remaining pipeline).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_ir.errors import DsparkError
+from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.base import format_attr_value
+from dspark_ir.verifier import verify
+
+from . import properties
+from .base import Pass, RewriteRecord, Skip
+from .context import PassContext
+from .driver import Budget, drive
+from .errors import PassError
+from .pipeline import Pipeline
+
+
+@dataclass
+class PassRun:
+    """What one pass application did."""
+
+    index: int
+    pass_: Pass
+    status: str = "pending"        # changed | no-op | skipped | not-applicable | failed
+    note: str = ""
+    rewrites: list[RewriteRecord] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    seconds: float = 0.0
+    check_seconds: float = 0.0
+    partial: bool = False           # --bisect-rewrites stopped inside this pass
+    rewrites_before: int = 0        # global rewrite count before this pass (--bisect-rewrites)
+    rewrites_used: int = 0          # global rewrite count after this pass
+    snapshot: str = ""              # dump file written for it
+
+    @property
+    def name(self) -> str:
+        return self.pass_.name
+
+    @property
+    def spec(self) -> str:
+        return str(self.pass_)
+
+    @property
+    def changed(self) -> bool:
+        return self.status == "changed"
+
+    @property
+    def ran(self) -> bool:
+        return self.status in ("changed", "no-op", "failed")
+
+    def delta(self) -> str:
+        return f"+{len(self.added)} -{len(self.removed)} ~{len(self.modified)}"
+
+    def fail(self, kind: str, what: str, location: str = "") -> PassError:
+        """Mark this run failed and make the error that names it."""
+        self.status = "failed"
+        return PassError(f"pass '{self.name}' (#{self.index}) {what}", location, kind=kind, pass_name=self.name,
+                         index=self.index)
+
+
+@dataclass
+class OptResult:
+    graph: Graph
+    pipeline: Pipeline
+    runs: list[PassRun]
+
+    @property
+    def changed(self) -> bool:
+        return any(r.changed for r in self.runs)
+
+    @property
+    def rewrites(self) -> int:
+        return sum(len(r.rewrites) for r in self.runs)
+
+    @property
+    def cache_key(self) -> str:
+        return self.pipeline.key
+
+
+@dataclass
+class RunState:
+    """Shared by the manager and its instruments during one run."""
+
+    ctx: PassContext
+    pipeline: Pipeline
+    input: Graph
+    budget: Budget
+    runs: list[PassRun] = field(default_factory=list)
+    before: Graph | None = None
+    failure: PassError | None = None
+
+    @property
+    def stdout(self):
+        return self.ctx.stdout or sys.stdout
+
+    @property
+    def stderr(self):
+        return self.ctx.stderr or sys.stderr
+
+
+class PassManager:
+    def __init__(self, pipeline: str | Pipeline | None = None, ctx: PassContext | None = None):
+        self.ctx = ctx or PassContext.current()
+        self.pipeline = self.ctx.effective_pipeline(pipeline)
+        self.ctx.check_report_names()
+
+    def run(self, g: Graph) -> OptResult:
+        from .instruments import build_instruments
+
+        ctx = self.ctx
+        verify(g)  # a bad input is the input's fault, not a pass's
+        budget = Budget(ctx.bisect_limit if ctx.bisect_rewrites else None)
+        state = RunState(ctx, self.pipeline, g.clone(), budget)
+        if ctx.bisect_rewrites and ctx.bisect_limit is not None:
+            budget.on_rewrite = lambda n, p, rec: print(f"bisect: rewrite {n} ({p.name}: {rec})", file=state.stderr)
+        instruments = build_instruments(ctx)
+        graph = g.clone()
+        for inst in instruments:
+            inst.start(state, graph)
+        try:
+            self._run_all(state, graph, instruments)
+            if not ctx.verify_each:
+                _final_verify(graph)
+        except PassError as e:
+            state.failure = e
+            for inst in instruments:
+                inst.fail(state, e, graph)
+            raise
+        result = OptResult(graph, self.pipeline, state.runs)
+        for inst in instruments:
+            inst.finish(state, result)
+        return result
+
+    def _run_all(self, state: RunState, graph: Graph, instruments: list) -> None:
+        established: set[str] = set()
+        for index, p in enumerate(self.pipeline, 1):
+            run = PassRun(index, p, nodes_before=len(graph), nodes_after=len(graph))
+            state.runs.append(run)
+            if not self._admit(state, run):
+                continue
+            state.before = graph.clone()
+            self._apply(state, run, graph, established)
+            t0 = time.perf_counter()
+            for inst in instruments:
+                inst.after_pass(state, run, state.before, graph)
+            run.check_seconds = time.perf_counter() - t0
+            _update_properties(established, p, run.changed, run.partial)
+
+    def _admit(self, state: RunState, run: PassRun) -> bool:
+        """Bisect limits and layer applicability; prints the bisect trace."""
+        ctx, p = state.ctx, run.pass_
+        limited = ctx.bisect_limit is not None
+        if limited and not ctx.bisect_rewrites and run.index > ctx.bisect_limit:
+            run.status, run.note = "skipped", f"bisect limit {ctx.bisect_limit}"
+        elif limited and ctx.bisect_rewrites and state.budget.exhausted:
+            run.status, run.note = "skipped", f"bisect limit of {ctx.bisect_limit} rewrites reached"
+        if limited and not ctx.bisect_rewrites:
+            verb = "NOT running" if run.status == "skipped" else "running"
+            print(f"bisect: {verb} #{run.index} {run.spec}", file=state.stderr)
+        if run.status == "skipped":
+            return False
+        reason = properties.applicability(p.requires, state.input)
+        if reason is not None:
+            run.status, run.note = "not-applicable", reason
+            return False
+        return True
+
+    def _apply(self, state: RunState, run: PassRun, graph: Graph, established: set[str]) -> None:
+        p = run.pass_
+        missing = properties.unmet(p.requires, established, graph)
+        if missing is not None:
+            raise run.fail("requirement", f"requires '{missing[0]}': {missing[1]}")
+        run.rewrites_before = state.budget.used
+        t0 = time.perf_counter()
+        try:
+            outcome = drive(p, graph, state.budget)
+        except PassError as e:
+            raise run.fail(e.kind, e.message, e.location) from None
+        except DsparkError as e:
+            raise run.fail("error", f"failed: {e.message}", e.location) from None
+        except Exception as e:  # a bug in the pass: name it, keep the traceback as the cause
+            raise run.fail("crash", f"crashed: {type(e).__name__}: {e}") from e
+        run.seconds = time.perf_counter() - t0
+        run.rewrites, run.skips, run.partial = outcome.rewrites, outcome.skips, outcome.stopped
+        run.rewrites_used = state.budget.used
+        _record_changes(run, state.before, graph)
+        _check_signature(run, state.before, graph)
+
+
+def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassContext | None = None,
+                 **settings: Any) -> OptResult:
+    """Run `pipeline` (default: the context's, else the default pipeline) on a copy of `g`.
+    `settings` override fields of the context: run_pipeline(g, "cse", check_numerics=True, dump_dir="d")."""
+    ctx = ctx or PassContext.current()
+    if settings:
+        ctx = ctx.replace(**settings)
+    return PassManager(pipeline, ctx).run(g)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _record_changes(run: PassRun, before: Graph, after: Graph) -> None:
+    old, new = node_keys(before), node_keys(after)
+    run.added = [n for n in new if n not in old]
+    run.removed = [n for n in old if n not in new]
+    run.modified = [n for n in new if n in old and new[n] != old[n]]
+    run.nodes_after = len(after)
+    changed = before.structural_key() != after.structural_key()
+    run.status = "changed" if changed else "no-op"
+
+
+def node_keys(g: Graph) -> dict[str, tuple]:
+    """name → everything that defines the node, in print order."""
+    return {n.name: _node_key(n) for n in g.topo_order()}
+
+
+def _node_key(n: Node) -> tuple:
+    attrs = tuple(sorted((k, format_attr_value(v)) for k, v in n.attrs.items()))
+    return (n.op, tuple(v.name for v in n.operands), tuple((v.name, str(v.type)) for v in n.results), attrs,
+            tuple(v.name for v in n.deps))
+
+
+def _check_signature(run: PassRun, before: Graph, after: Graph) -> None:
+    sig = lambda g: [(p.name, str(p.type), p.inout) for p in g.params]  # noqa: E731
+    if sig(before) != sig(after):
+        raise run.fail("signature", "changed the graph's parameters")
+    if len(before.returns) != len(after.returns):
+        raise run.fail("signature", f"changed the number of returned values "
+                                      f"({len(before.returns)} → {len(after.returns)})")
+
+
+def _update_properties(established: set[str], p: Pass, changed: bool, partial: bool) -> None:
+    if changed:
+        established.intersection_update(p.preserves)
+    if not partial:
+        established.update(p.guarantees)
+
+
+def _final_verify(graph: Graph) -> None:
+    try:
+        verify(graph)
+    except DsparkError as e:
+        raise PassError(f"the pipeline produced an invalid graph (rerun with --verify-each to find the pass): "
+                        f"{e.message}", e.location, kind="invalid-graph") from None

@@ -1,0 +1,72 @@
+"""The pass registry: kebab-case name → pass class, with lazy import.
+
+A pass named `topk-bypass` lives in `passes/topk_bypass.py`; listing the names does not import anything,
+and the first `get_pass("topk-bypass")` imports that one module. Passes registered at run time (tests,
+`dspark opt --plugin MODULE`) join the same name space.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from dspark_ir.errors import did_you_mean
+
+from .errors import PipelineError
+
+if TYPE_CHECKING:
+    from .base import Pass
+
+# Modules of this package that are machinery, not passes.
+INFRASTRUCTURE = frozenset({
+    "base", "bisect", "context", "contracts", "defaults", "driver", "dumps", "errors", "html", "instruments",
+    "manager", "numerics", "options", "pipeline", "properties", "registry", "replay", "reproducer", "rewriting",
+})
+
+_REGISTRY: dict[str, type["Pass"]] = {}
+
+
+def add(cls: type["Pass"]) -> None:
+    old = _REGISTRY.get(cls.name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"pass '{cls.name}' is registered twice ({old.__module__} and {cls.__module__})")
+    _REGISTRY[cls.name] = cls
+
+
+@lru_cache(maxsize=1)
+def pass_modules() -> dict[str, str]:
+    """kebab name → module name, for every pass module in this package (nothing is imported)."""
+    from . import __path__ as package_path
+
+    modules = {}
+    for info in pkgutil.iter_modules(package_path):
+        if info.name.startswith("_") or info.name in INFRASTRUCTURE:
+            continue
+        modules[info.name.replace("_", "-")] = f"{__package__}.{info.name}"
+    return modules
+
+
+def registered_names() -> list[str]:
+    return sorted(set(pass_modules()) | set(_REGISTRY))
+
+
+def get_pass(name: str) -> type["Pass"]:
+    """The pass class for `name`; raises PipelineError with a did-you-mean (no location)."""
+    if name not in _REGISTRY and name in pass_modules():
+        importlib.import_module(pass_modules()[name])
+        if name not in _REGISTRY:
+            raise TypeError(f"module {pass_modules()[name]} does not register a pass named '{name}'")
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PipelineError(f"unknown pass '{name}'{did_you_mean(name, registered_names())}") from None
+
+
+def summary(name: str) -> str:
+    """First line of the pass's docstring (used by `dspark list passes`)."""
+    return get_pass(name).summary()
+
+
+def is_builtin(cls: type["Pass"]) -> bool:
+    return cls.__module__.startswith(f"{__package__}.")

@@ -1,0 +1,55 @@
+"""The failure reproducer: when a pass fails, write the graph it received and the remaining pipeline.
+
+    # dspark reproducer: pass 'x' (#2) crashed: ZeroDivisionError: division by zero
+    # rerun: dspark opt repro.dsir -p 'x,dce' --check-numerics --seed 0
+    graph @... (the input snapshot of the failing pass)
+
+The file goes to `PassContext.repro` (CLI default: `repro.dsir` in the dump folder, else the current
+directory). The rerun command is printed to stderr and stored on the error (`error.rerun`).
+"""
+from __future__ import annotations
+
+import os
+
+from dspark_ir.errors import DsparkError
+from dspark_ir.fsutil import OutputDir, write_file_atomic
+from dspark_ir.text.printer import print_graph
+
+from .instruments import Instrument
+from .replay import opt_command, scrub_paths
+
+
+class Reproducer(Instrument):
+    def fail(self, state, error, g):
+        ctx = state.ctx
+        index = error.index or 1
+        snapshot = state.before if error.index and state.before is not None else state.input
+        end = ctx.bisect_limit if ctx.bisect_limit is not None and not ctx.bisect_rewrites else None
+        remaining = state.pipeline[index - 1:end]
+        limit = None
+        if ctx.bisect_rewrites and ctx.bisect_limit is not None:
+            limit = ctx.bisect_limit - state.runs[index - 1].rewrites_before
+        flags = dict(rewrite_limit=limit, check_numerics=ctx.numerics_on, seed=ctx.seed,
+                     roundtrip=ctx.roundtrip_on, verify_each=ctx.verify_each, plugins=ctx.plugins)
+        header = [f"dspark reproducer: {scrub_paths(str(error))}",
+                  f"rerun: {opt_command('repro.dsir', remaining, **flags)}",
+                  f"full pipeline: {state.pipeline}",
+                  f"source: {ctx.source or 'python'}"]
+        error.reproducer = print_graph(snapshot, header)
+        path = ctx.repro_path
+        if path is None:
+            return
+        try:
+            _write(ctx, path, error.reproducer)
+        except DsparkError as e:  # never hide the pass's error behind this one
+            print(f"dspark: could not write the reproducer: {e}", file=state.stderr)
+            return
+        error.rerun = command = opt_command(path, remaining, **flags)
+        print(f"dspark: reproducer written to {path}; rerun: {command}", file=state.stderr)
+
+
+def _write(ctx, path: str, text: str) -> None:
+    if ctx.dump_dir and os.path.dirname(os.path.normpath(path)) == os.path.normpath(ctx.dump_dir):
+        OutputDir(ctx.dump_dir).write_text(os.path.basename(path), text)
+        return
+    write_file_atomic(path, text)

@@ -1,0 +1,61 @@
+"""Small graph-editing helpers for pass authors (pure functions over dspark_ir.Graph)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from dspark_ir.graph import Graph, Node, Value
+
+
+def writes_in_place(node: Node) -> bool:
+    """The node updates one of its operands in place (an alias whose operand is present)."""
+    return any(o < len(node.operands) for o in node.opdef.aliases.values())
+
+
+def has_side_effects(node: Node) -> bool:
+    """May the node be removed when unused, or merged with an equal node? An op may declare
+    `side_effects = True/False`; otherwise collectives, in-place updates and token producers (other than
+    `join`) count as effects."""
+    declared = getattr(node.opdef, "side_effects", None)
+    if declared is not None:
+        return bool(declared)
+    if node.opdef.collective or writes_in_place(node):
+        return True
+    return node.op != "join" and any(v.type.is_token for v in node.results)
+
+
+def is_returned(g: Graph, node: Node) -> bool:
+    return any(v.producer is node for v in g.returns)
+
+
+def is_dead(g: Graph, node: Node) -> bool:
+    return not is_returned(g, node) and not any(g.users(v) for v in node.results)
+
+
+def replace_node(g: Graph, node: Node, values: Sequence[Value]) -> None:
+    """Point every use of `node`'s results at `values` (same order), then delete `node`."""
+    for old, new in zip(node.results, values):
+        g.replace_uses(old, new)
+    g.remove_node(node)
+
+
+def set_operand(g: Graph, node: Node, index: int, value: Value) -> None:
+    node.operands[index] = value
+    g.invalidate()
+
+
+def set_deps(g: Graph, node: Node, deps: Sequence[Value]) -> None:
+    node.deps = list(deps)
+    g.invalidate()
+
+
+def set_attrs(g: Graph, node: Node, **attrs) -> None:
+    node.attrs = node.opdef.normalize_attrs({**node.attrs, **attrs})
+    g.invalidate()
+
+
+def erase_if_dead(g: Graph, node: Node) -> bool:
+    """Remove `node` when nothing uses it and it has no side effects; True if removed."""
+    if node.name in g.nodes and is_dead(g, node) and not has_side_effects(node):
+        g.remove_node(node)
+        return True
+    return False
