@@ -135,6 +135,9 @@ def _import(ref: str, what: str) -> Any:
 TP_CHOICES = {"tiny": (1, 2, 4), "flash": (1, 4)}
 
 
+MAX_SYMBOL_VALUE = 2**62  # dims print as int64 literals; keep products of two symbols' bounds apart
+
+
 def resolve_config(config: Any = "tiny", tp: int | None = None, batch: int | None = None,
                    seq: int | None = None):
     """A validated ModelConfig from a name or a config, with tp/batch/seq overrides. Raises ConfigError."""
@@ -154,6 +157,8 @@ def resolve_config(config: Any = "tiny", tp: int | None = None, batch: int | Non
             overrides["batch"] = batch
         if overrides:
             cfg = cfg.with_(**overrides)
+        if cfg.tokens * cfg.tp > MAX_SYMBOL_VALUE:
+            raise ConfigError(f"batch: {cfg.tokens} tokens per rank is beyond what a dim can hold (2^62)")
         if cfg.tp not in choices:
             raise ConfigError(f"tp: {cfg.tp} is not supported for config '{cfg.name}' (choose {_or(choices)})")
         gc.tiles_for(cfg)
@@ -276,7 +281,16 @@ def graph_config(g: Graph):
     for key in ("layer", "config", "tp"):
         if key not in attrs:
             raise LayerError(f"graph '@{g.name}' has no '{key}' attribute; it is not a layer graph")
-    return resolve_config(attrs["config"], int(attrs["tp"]), g.symbols.get("B"), g.symbols.get("S"))
+    cfg = resolve_config(attrs["config"], int(attrs["tp"]), g.symbols.get("B"), g.symbols.get("S"))
+    ep = attrs.get("ep")
+    if ep is not None and int(ep) != cfg.ep:
+        from goldens.config import ConfigError as GoldenConfigError
+
+        try:
+            cfg = cfg.with_(ep=int(ep))
+        except GoldenConfigError as e:
+            raise ConfigError(str(e)) from None
+    return cfg
 
 
 def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
@@ -286,6 +300,8 @@ def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
 
     cfg = graph_config(g)
     kind = g.attributes["kind"]
+    _check_input_size(g)
+    regime = _regime_within_context(g, cfg, kind, regime)
     try:
         if _ranks(g) > 1:
             per_rank = gi.make_rank_inputs(kind, cfg, seed, regime=regime)
@@ -295,6 +311,46 @@ def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
         raise ConfigError(str(e)) from None
     typed = [_typed(g, d) for d in per_rank]
     return typed if _ranks(g) > 1 else typed[0]
+
+
+INPUT_LIMIT_BYTES = 8 << 30  # golden inputs above this (all ranks together) are refused instead of allocated
+
+
+def _check_input_size(g: Graph) -> None:
+    """A graph with T = 2**40 builds, verifies and lowers, but its inputs cannot exist: say so in one line."""
+    import numpy as np
+
+    from kernels._np import NP_DTYPES
+
+    total = 0
+    for p in g.params:
+        shape = None if p.type.is_token else p.type.concrete_shape(g.env)
+        if shape is not None:
+            total += int(np.prod(shape, dtype=object)) * np.dtype(NP_DTYPES[p.type.dtype.value]).itemsize
+    total *= _ranks(g)
+    if total > INPUT_LIMIT_BYTES:
+        raise ConfigError(f"the inputs need {total / 2**30:.3g} GiB over {_ranks(g)} rank(s) (T = "
+                          f"{g.symbols.get('T')}), more than the {INPUT_LIMIT_BYTES >> 30} GiB limit",
+                          f"graph '@{g.name}'")
+
+
+def _regime_within_context(g: Graph, cfg: Any, kind: str, regime: str) -> str:
+    """A graph built with `max_context` promises kv_seq_len <= max_context; the default regime mixes long
+    caches in, so pick the first regime that keeps that promise (an explicit regime must keep it too)."""
+    from goldens import inputs as gi
+
+    limit = g.attributes.get("max_context")
+    if limit is None or kind not in ("csa", "hca", "swa"):
+        return regime
+    ranges = gi.start_ranges(cfg)
+    fits = [r for r in ("short_cache", "topk_boundary", "window_boundary", "empty_cmp")
+            if r in ranges and ranges[r][1] + cfg.seq <= limit]
+    if regime == "default" and fits:
+        return fits[0]
+    if regime in ranges and ranges[regime][1] + cfg.seq > limit:
+        raise ConfigError(f"regime '{regime}' reaches kv_seq_len {ranges[regime][1] + cfg.seq}, beyond this "
+                          f"graph's max_context = {limit}")
+    return regime
 
 
 def _typed(g: Graph, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,9 @@ Node names are `<block>.<seed stage>[.<suffix>]`. The API (used by swa.py, csa.p
     qkv = qkv_proj_rope(b, x_normed, late, rope_cos, rope_sin, positions)
                                                                    -> Qkv(q, kv, qr, qr_scale, cos_il, sin_signed)
     attn_out = o_proj(b, packed)                                   -> bf16[T, D]: TP1 proj_a/quant/proj_b per group
-                                                                      + proj_b_act, or the TP path a2a → tp_o_a /
-                                                                      quant / tp_o_b per local group → dequant → RS
+                                                                      + proj_b_act, or the TP path a2a → copy-out →
+                                                                      tp_o_a / quant / tp_o_b per local group →
+                                                                      dequant → RS
     x_out = hc_post(b, attn_out, x_hc, pre)                        -> f32[T, hc_mult, D]
     attention_params(b) -> AttnParams                              the common attention graph parameters
 
@@ -183,18 +184,22 @@ def qkv_proj_rope(b: GraphBuilder, x_normed: Value, late: Value, wq_a: Value, ga
 
 # ---- §3.5: the O path ---------------------------------------------------------------------------------------
 O_A_M_TILE, O_A_N_TILE, O_B_M_TILE, O_B_N_TILE, DEQ_M_TILE = 16, 128, 128, 512, 8  # seed literals (§3.5)
+O_TOKEN_TILE = 16  # seed TOKEN_TILE: each source's rows of the a2a window are padded to LOCAL_T_PAD = ceil16(T)
 
 
 def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value,
            block: str = "o") -> Value:
     """packed bf16[o_groups, T, hpg·HD] → attn_out bf16[T, D]: the TP1 decode_o_proj_tp1 form, or at TP > 1 the
-    all-to-all, per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial) and the f32
-    reduce-scatter with one bf16 rounding."""
+    all-to-all (o_group_a2a: put + barrier 1 into the exchange window [LG, tp·ceil16(T), w]; then its copy-out
+    wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` so the
+    typed-gather pass can remove it), per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
+    and the f32 reduce-scatter with one bf16 rounding."""
     if b.tp == 1:
         return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
                          ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16")
-    recv = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp)
+    window = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp, t_pad=O_TOKEN_TILE)
     rows = b.tp * b.T
+    recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows)
     partial = _o_groups(b, recv, wo_a, wo_b, wo_b_scale, block, b.cfg.local_o_groups, rows,
                         ("tp_o_a", "tp_o_a_quant", "tp_o_b", "tp_o_b_dequant"), "f32")
     return b.op("tp_o_reduce_scatter", partial, name=f"{block}.tp_o_reduce_scatter", tp=b.tp)

@@ -63,6 +63,8 @@ def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name
 def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It changes
     no shape; it only tightens `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks)."""
+    if max_context is not None:
+        b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
     T, B, HD, IHD, r = b.T, b.B, c.head_dim, c.idx_head_dim, c.csa_ratio
     p = attention_params(b)

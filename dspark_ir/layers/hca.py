@@ -28,6 +28,8 @@ from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It bounds the
     number of compressed work items (`works` on hca.hca_cmp_work_gather)."""
+    if max_context is not None:
+        b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
     T, B, HD, R = b.T, b.B, c.head_dim, c.hca_ratio
     p = attention_params(b)

@@ -16,7 +16,8 @@ signals have no peers). `⇢` marks the two handshakes that are *not* edges in t
 The `moe-handshake-deps` pass (§6(g) "After") finds both waits through their `notifier` attribute: it adds
 `deps(%moe.dispatch_push)` to dispatch_wait, gates combine_wait on {combine, dispatch_push}, turns it into one
 notify + wait (`signal_barrier`, combine's `notify_per = none`, expected = epoch) and drops `aer` from
-dispatch_gather, combine, combine_wait and shared_routed. `ops.signal.check_signals` keeps every expected count
+dispatch_gather, combine, combine_wait and shared_routed (and, unless `drop_aer_on_waits=false`, from the
+cross-rank waits dispatch_meta and dispatch_wait). `ops.signal.check_signals` keeps every expected count
 equal to epoch × its notifier's per-epoch count.
 """
 from __future__ import annotations

@@ -1,7 +1,20 @@
 """Collective ops of the TP O path (seed §3.5, §4): the all-to-all of O groups and the f32 reduce-scatter.
 
 Collective references receive every rank's operands and return one result per rank (design.md "Collective ops").
-Both are one incore / `at` task per rank in the seed (put → barrier 1 → copy-out or sum → barrier 2 → reset).
+In the seed each exchange is one incore / `at` task per rank (put → barrier 1 → copy-out or sum → barrier 2 →
+reset). The all-to-all is written as two ops so that its copy-out wave is visible to passes (dspark-model.md §6(b)):
+
+    %o.o_group_a2a          = o_group_a2a(%packed) {tp, t_pad}          put + barrier 1: this rank's exchange
+                                                                        window (pad rows zero)
+    %o.o_group_a2a.copy_out = window_copy_out(%o.o_group_a2a) {axis = 1, rows = tp*T}
+                                                                        copy-out wave of the data rows into a local
+                                                                        tensor, barrier 2 (every peer has copied
+                                                                        out: the window may be rewritten), reset
+
+The `typed-gather` pass removes the copy-out: consumers read the window rows directly and a `window_release`
+(dspark_ir/ops/window_release.py) after the last consumer takes over barrier 2 and the reset.
+Both collectives here are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
+signal window of the TP credit barrier (§5) is implicit in them.
 """
 from __future__ import annotations
 
@@ -29,20 +42,45 @@ class _CollectiveOp(OpDef):
 
 @register_op
 class OGroupA2A(_CollectiveOp):
-    """All-to-all of O groups: packed [G, T, w] on every rank → [G/tp, tp·T, w] holding this rank's groups for
-    the whole TP group's tokens, row src_rank·T + t (o_group_a2a)."""
+    """All-to-all of O groups, put + barrier 1: packed [G, T, w] on every rank → this rank's exchange window
+    [G/tp, tp·T_PAD, w] holding its groups for the whole TP group's tokens, data row src_rank·T + t, rows
+    tp·T … tp·T_PAD − 1 zero (T_PAD = T rounded up to `t_pad`, the seed's LOCAL_T_PAD; GROUP_T_PAD = tp·T_PAD)
+    (o_group_a2a). With t_pad = 1 the window has no pad rows."""
     name = "o_group_a2a"
     operands = ("packed",)
-    attrs = {"tp": Attr("int", REQUIRED)}
+    attrs = {"tp": Attr("int", REQUIRED), "t_pad": Attr("int", 1)}
     reference = "kernels.collective:o_group_a2a"
 
     def infer(self, ins, attrs):
         p = ins[0]
         expect_rank(p, 3, "packed [groups, T, group width]")
-        tp = attrs["tp"]
+        tp, pad = attrs["tp"], attrs["t_pad"]
         g = p.shape[0].value()
         expect(tp >= 1 and (g is None or g % tp == 0), f"tp {tp} does not divide {p.shape[0]} groups")
-        return [TensorType(p.dtype, (exact_div(p.shape[0], tp), D.mul(tp, p.shape[1]), p.shape[2]))]
+        expect(pad >= 1, f"t_pad must be positive, got {pad}")
+        rows = D.mul(tp * pad, D.ceildiv(p.shape[1], pad))
+        return [TensorType(p.dtype, (exact_div(p.shape[0], tp), rows, p.shape[2]))]
+
+
+@register_op
+class WindowCopyOut(_CollectiveOp):
+    """Copy-out wave of an exchange window: the data rows 0 … rows − 1 along `axis` into a local tensor (pad rows
+    skipped), then barrier 2 (every peer has copied out, so the window may be overwritten) and the credit reset.
+    The unpack stage of the seed's o_group_a2a / KV all-gather steps (dspark-model.md §6(b) "Before")."""
+    name = "window_copy_out"
+    operands = ("window",)
+    attrs = {"axis": Attr("int", REQUIRED), "rows": Attr("dim", REQUIRED)}
+    reference = "kernels.collective:window_copy_out"
+
+    def infer(self, ins, attrs):
+        w, axis, rows = ins[0], attrs["axis"], attrs["rows"]
+        expect(0 <= axis < w.rank, f"axis {axis} out of range for {w}")
+        n, extent = rows.value(), w.shape[axis].value()
+        expect(n is None or n >= 0, f"rows must be non-negative, got {rows}")
+        expect(n is None or extent is None or n <= extent, f"rows {rows} exceed the window's {w.shape[axis]}")
+        shape = list(w.shape)
+        shape[axis] = rows
+        return [w.with_shape(shape)]
 
 
 @register_op

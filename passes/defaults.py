@@ -1,0 +1,68 @@
+"""The default pipeline: one Entry per pass, in order, each with the reason it sits where it does.
+
+To add a pass: write `passes/<snake_name>.py` (it registers `<kebab-name>`) and add one Entry below, in
+the marked section. `enabled=False` keeps an entry in place but off until `--enable NAME` (or
+`PassContext(enabled=[NAME])`) turns it on. `spec` is pipeline text, so options go there: "x{ways=4}".
+`dspark opt --print-pipeline` prints this table (with toggles applied).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Entry:
+    spec: str
+    why: str
+    enabled: bool = True
+
+
+DEFAULT_PIPELINE: tuple[Entry, ...] = (
+    Entry("canonicalize",
+          "first: folds reshape/cast/slice chains, drops identity ops and redundant deps, so every later "
+          "matcher sees one form of each pattern"),
+    Entry("cse",
+          "after canonicalize: duplicates only compare equal once their operands are canonical; merging "
+          "them before the DSpark passes lets each rewrite fire once per distinct value"),
+    # ---- DSpark optimisation passes: one Entry per pass, in pipeline order -------------------------
+    Entry("topk-bypass",
+          "first DSpark pass: it removes work (the static form leaves idx.score, the indexer q side and the "
+          "head weights dead for dce) that the re-tiling/fusion passes below would otherwise rewrite, and it "
+          "must match the plain idx_score -> idx_topk -> plan chain before lowering-oriented passes reshape "
+          "it; after canonicalize/cse so that chain is in one form"),
+    Entry("split-writeback-bias",
+          "fission before the re-tiling passes: it creates the tasks (swa_cache_writeback with its own clamped "
+          "row tile, swa_valid_bias) that later passes see as they will be lowered, and it only rewires edges "
+          "around the fused SWA task, so nothing before it depends on its output"),
+    Entry("split-m-fanout",
+          "after the fission passes, before widen-tile: it re-grids kv_proj (M tiles fanned out across "
+          "KV_OM× the blocks, attributes only, edges unchanged); it must see the atomic matmul form, so it "
+          "stays ahead of any pass that rewrites atomic matmuls into partials"),
+    Entry("widen-tile",
+          "after split-m-fanout: the other half of the kv_proj re-tiling (dspark-model 6(d)); it widens "
+          "kv_rms_norm_rope and its rope-row materialiser together, last among the re-tiling passes so no "
+          "later rewrite changes the tile it sized against the UB budget"),
+    Entry("deterministic-split-k",
+          "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
+          "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
+          "task's final tile; default targets=hc as in the seed PR (deterministic qkv was reverted for its "
+          "prefill cost); dce is not needed for the zero seed, the pass removes it"),
+    Entry("fuse-merge-rope-pack{workers=48}",
+          "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
+          "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "
+          "stream heads read only by the pack, and it runs before typed-gather so the O-path exchange already "
+          "reads the final packed producer"),
+    Entry("typed-gather",
+          "comm-consumer fusion (dspark-model 6(b)) after every attention-side rewrite, so the exchange's "
+          "producer and the O projection consumers are final; it orders its window_release before every later "
+          "rendezvous collective (the reduce-scatter), so it must run after any pass that adds collectives; "
+          "no-op at TP1"),
+    Entry("moe-handshake-deps",
+          "edge insertion + scheduling hints only (dspark-model 6(g)), independent of the other rewrites; "
+          "last among the DSpark passes: it checks each wait's expected count against its notifier's final "
+          "grid (epoch x blocks) before folding the combine notifies into one barrier notify"),
+    # ---- end of DSpark optimisation passes -----------------------------------------------------------
+    Entry("dce",
+          "last: removes the nodes the rewrites above left without users, so dumps and the lowering see "
+          "only live tasks"),
+)

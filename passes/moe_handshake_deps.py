@@ -1,0 +1,206 @@
+"""moe-handshake-deps: order each cross-rank wait after its local notifier, one combine notify per rank, no AER."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
+
+from .base import Pass, RewriteRecord, Skip, register_pass
+from .contracts import BITWISE
+from .rewriting import set_deps
+
+
+@dataclass(frozen=True)
+class Site:
+    rule: str          # anchor-wait | one-notify | drop-aer
+    node: Node
+    detail: str = ""
+
+
+@register_pass
+@dataclass(frozen=True)
+class MoeHandshakeDeps(Pass):
+    """Anchor the MoE dispatch/combine waits after their notifiers and take early resolve off the handshake.
+
+    Before (dspark-model.md §6(g)): `dispatch_wait` is anchored only by a read of the routing indices, not by
+    `dispatch_push`; every block of `combine` notifies `combine_arrived` and `combine_wait`, with no edge at all,
+    waits for epoch·NL notifies; every stage allows early resolve (AER). A wait spins and holds a core group
+    (§5), so a waiter dispatched early can hold the very cores its rank's notifier still needs, while the peers
+    wait for that notifier: EP8 prefill deadlocked after enough rounds. After, as in the seed PR (#982):
+
+    * anchor-wait  every `signal_wait` gets `deps(<its notifier>)`, so it starts only once its own rank's
+                   notifier has finished (dispatch_push → dispatch_wait). Skipped when the wait is already
+                   ordered after the notifier, or when the notifier runs after the wait (a cycle).
+    * one-notify   a wait whose notifier is in `barrier_notifiers` (default `moe_combine`) and notifies per
+                   block becomes one notify + wait (`signal_barrier`, expected = epoch): the notifier stops
+                   notifying (`notify_per = none`) and the barrier, gated on the whole scatter grid
+                   (`deps(combine)`) and on the notifiers of the waits before it (`dispatch_push`), sends one
+                   notify per rank. The payload-before-notify rule (§5) holds because the barrier runs after
+                   every put it announces. The waiter keeps its name and becomes its own notifier, so
+                   `check_signals`' link expected = epoch × per-epoch count stays true (1 notify per epoch).
+                   Refused when another waiter still counts the notifier's per-block notifies. The dispatch_push
+                   dep is implied through dispatch_wait → dispatch_gather → … → combine; it is kept to match
+                   the seed's task list (canonicalize's canonical-deps would drop it, harmlessly). The wait
+                   is satisfied by the same event as before (every peer finished its whole scatter grid), and
+                   combine's grid no longer sets a count, so re-tiling it cannot break the link (§6(g) hazard).
+    * drop-aer     AER off on the one-notify notifiers (combine), on every node gated by a wait's token
+                   (dispatch_gather, shared_routed), on the one-notify barriers (combine_wait: it is built
+                   without AER) and, with `drop_aer_on_waits` (default), on every cross-rank wait
+                   (dispatch_meta, dispatch_wait): a waiter then cannot be parked on a core before its inputs
+                   are done. The seed PR kept AER on dispatch_meta and dispatch_wait (with the push edge,
+                   dispatch_wait cannot be dispatched before push is done anyway); `drop_aer_on_waits = false`
+                   reproduces exactly that form (tests/layers/test_moe_layer.py's hand-applied after form).
+
+    Contract: bitwise. Only ordering edges, scheduling hints and where the combine notify is sent change; every
+    computed value is the same. Liveness is what it buys: the multi-rank simulator (lowering.simulate)
+    deadlocks the before form under a small core budget (1 cube + 2 vector cores per rank) and completes the
+    after form (tests/passes/test_moe_handshake_deps.py).
+    """
+
+    name = "moe-handshake-deps"
+    contract = BITWISE
+    fixpoint = False     # one sweep: the one-notify barrier is made without AER, nothing else creates a site
+    barrier_notifiers: tuple[str, ...] = ("moe_combine",)
+    drop_aer_on_waits: bool = True
+
+    def match(self, g: Graph):
+        for node in g.topo_order():
+            if node.op == "signal_wait":
+                yield from self._wait_sites(g, node)
+            if node.attrs.get("aer"):
+                role = self.aer_role(g, node)
+                if role is not None:
+                    yield Site("drop-aer", node, role)
+
+    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+        node = site.node
+        if site.rule == "drop-aer":
+            if not node.attrs.get("aer") or self.aer_role(g, node) is None:
+                return None
+            node.attrs = {k: v for k, v in node.attrs.items() if k != "aer"}
+            g.invalidate()
+            return RewriteRecord("drop-aer", node.name, site.detail)
+        sites = [s for s in self._wait_sites(g, node) if isinstance(s, Site)]
+        if not sites or sites[0].rule != site.rule:
+            return None
+        if site.rule == "anchor-wait":
+            return _anchor(g, node)
+        return _one_notify(g, node)
+
+    # ---- candidates -------------------------------------------------------------------------------------
+    def one_notify_pairs(self, g: Graph) -> list[tuple[Node, Node]]:
+        """(wait, notifier) of every one-notify handshake: still to fold (a signal_wait that one-notify would
+        rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier)."""
+        pairs = []
+        for node in g.nodes.values():
+            if node.op == "signal_wait":
+                notifier = g.nodes.get(node.attrs.get("notifier", ""))
+                if any(isinstance(s, Site) and s.rule == "one-notify" for s in self._wait_sites(g, node)):
+                    pairs.append((node, notifier))
+            elif node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
+                pairs += [(node, v.producer) for v in node.deps if _silenced(v.producer, self.barrier_notifiers)]
+        return pairs
+
+    def _wait_sites(self, g: Graph, wait: Node):
+        """The rule that applies to a signal_wait (one-notify before anchor-wait), or why none does."""
+        name = wait.attrs.get("notifier", "")
+        notifier = g.nodes.get(name)
+        if notifier is None or notifier is wait or not is_notifier(notifier):
+            yield Skip(wait.name, f"notifier '{name}' is not another notifying node of this graph")
+            return
+        nxg = g.to_networkx()
+        if wait.name in nx.ancestors(nxg, notifier.name):
+            yield Skip(wait.name, f"%{notifier.name} runs after the wait: an edge would make a cycle")
+            return
+        if notifier.op in self.barrier_notifiers:
+            reason = _one_notify_refusal(g, wait, notifier)
+            if reason is None:
+                yield Site("one-notify", wait)
+                return
+            yield Skip(wait.name, f"one-notify: {reason}")
+        if notifier.name in nx.ancestors(nxg, wait.name):
+            yield Skip(wait.name, f"already ordered after its notifier %{notifier.name}")
+            return
+        yield Site("anchor-wait", wait)
+
+    def aer_role(self, g: Graph, node: Node) -> str | None:
+        """Why `node` must not resolve early (None: AER may stay)."""
+        pairs = self.one_notify_pairs(g)
+        if is_waiter(node):
+            if self.drop_aer_on_waits:
+                return "a cross-rank wait"
+            if any(wait is node for wait, _ in pairs):
+                return "the one-notify wait"
+        if any(notifier is node for _, notifier in pairs):
+            return "the scatter grid a one-notify wait is gated on"
+        gate = next((v.producer for v in node.deps + node.operands
+                     if v.type.is_token and v.producer is not None and is_waiter(v.producer)), None)
+        if gate is not None:
+            return f"gated by the wait %{gate.name}"
+        return None
+
+
+# ---- rewrites -----------------------------------------------------------------------------------------------
+def _anchor(g: Graph, wait: Node) -> RewriteRecord:
+    notifier = g.nodes[wait.attrs["notifier"]]
+    set_deps(g, wait, _by_name(wait.deps + [notifier.results[0]]))
+    return RewriteRecord("anchor-wait", wait.name, f"deps(%{notifier.name}): starts after its rank's notifier")
+
+
+def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
+    notifier = g.nodes[wait.attrs["notifier"]]
+    gates = [notifier.results[0]] + _earlier_notifiers(g, wait, notifier)
+    attrs = {k: v for k, v in wait.attrs.items() if k not in ("notifier", "expected", "aer")}
+    attrs.update(notifier=wait.name, expected=wait.attrs.get("epoch", 1))
+    barrier = g.add_op("signal_barrier", list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
+                       deps=_by_name(wait.deps + gates), near=wait)
+    notifier.attrs = notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"})
+    g.replace_uses(wait.result, barrier.result)
+    g.remove_node(wait)
+    g.rename(barrier.result, wait.name)
+    names = ", ".join(f"%{v.name}" for v in gates)
+    detail = (f"one notify per rank after {names}; expected = {barrier.attrs['expected']}, no AER; "
+              f"%{notifier.name} notify_per = none")
+    return RewriteRecord("one-notify", wait.name, detail)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
+def _one_notify_refusal(g: Graph, wait: Node, notifier: Node) -> str | None:
+    if notifier.attrs.get("notify_per") != "block":
+        return f"%{notifier.name} does not notify per block"
+    others = [n.name for n in g.nodes.values()
+              if n is not wait and is_waiter(n) and n.attrs.get("notifier") == notifier.name]
+    if others:
+        return f"%{others[0]} also counts %{notifier.name}'s per-block notifies"
+    per_epoch = notifies_per_epoch(notifier)
+    epoch = wait.attrs.get("epoch", 1)
+    if per_epoch is None or (epoch * per_epoch).evaluate(g.env) != wait.attrs["expected"].evaluate(g.env):
+        return f"expected = {wait.attrs['expected']} is not epoch × %{notifier.name}'s notifies"
+    return None
+
+
+def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
+    """Results of the notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine)."""
+    upstream = nx.ancestors(g.to_networkx(), notifier.name)
+    found = []
+    for name in sorted(upstream):
+        node = g.nodes.get(name)
+        if node is None or node is wait or node.op != "signal_wait":
+            continue
+        other = g.nodes.get(node.attrs.get("notifier", ""))
+        if other is not None and other is not node and is_notifier(other) and other.results[0] not in found:
+            found.append(other.results[0])
+    return found
+
+
+def _silenced(node: Node | None, kinds: tuple[str, ...]) -> bool:
+    """A notifier of one of `kinds` whose notifies a one-notify barrier took over."""
+    return node is not None and node.op in kinds and node.attrs.get("notify_per") == "none"
+
+
+def _by_name(values: list) -> list:
+    unique = list({id(v): v for v in values}.values())
+    return sorted(unique, key=lambda v: v.name)

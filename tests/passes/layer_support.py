@@ -1,0 +1,54 @@
+"""Helpers for DSpark pass tests on layer graphs: run one pass with its numeric contract checked, compare the
+optimised graph with the golden, and run `dspark opt <layer> --config flash --tp 4` (graph-level only)."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from dspark_cli.main import main
+from dspark_ir import Graph, layers, parse_file
+from dspark_ir.interp import run
+from dspark_ir.layers.tolerances import compare_layer
+from passes import OptResult, PassContext, run_pipeline
+
+SEEDS = (0, 1, 2)
+ATTENTION = ("decode-swa", "decode-hca", "decode-csa")
+
+
+@lru_cache(maxsize=None)
+def tiny(layer: str, tp: int | None = None, batch: int | None = None) -> Graph:
+    return layers.build(layer, config="tiny", tp=tp, batch=batch)
+
+
+def optimise(g: Graph, pipeline: str, seed: int = 0, numerics: bool = True) -> OptResult:
+    """Run `pipeline` on `g` with the verifier, the round trip and (by default) the numeric contract on."""
+    ctx = PassContext(use_env=False, check_numerics=numerics, roundtrip_each=True, verify_each=True, seed=seed)
+    return run_pipeline(g, pipeline, ctx=ctx)
+
+
+def golden_mismatches(g: Graph, seed: int) -> list[str]:
+    """Run `g` (a layer graph, possibly optimised) in the interpreter on the golden inputs of `seed` and list
+    the outputs outside their documented tolerance (layers/tolerances.py)."""
+    inputs = layers.layer_inputs(g, seed)
+    got, want = layers.graph_outputs(g, run(g, inputs)), layers.golden_outputs(g, inputs)
+    got, want = (got, want) if isinstance(got, list) else ([got], [want])
+    return [f"{c.name}: {c.detail}" for c in compare_layer(got, want, g.attributes["layer"], g.symbols["S"])
+            if not c.ok]
+
+
+def flash_opt(layer: str, tmp_path: Path, *flags: str) -> Graph:
+    """`dspark opt LAYER --config flash --tp 4` (the default pipeline, no flash numerics) → the output graph."""
+    out = tmp_path / f"{layer}.flash.dsir"
+    assert main(["opt", layer, "--config", "flash", "--tp", "4", "--no-check-numerics", "-o", str(out),
+                 *flags]) == 0
+    return parse_file(str(out)).entry
+
+
+def statuses(result: OptResult) -> dict[str, str]:
+    return {r.name: r.status for r in result.runs}
+
+
+def skips(result: OptResult, name: str) -> dict[str, str]:
+    """node name → Skip reason of the run of pass `name`."""
+    run_ = next(r for r in result.runs if r.name == name)
+    return {s.at: s.reason for s in run_.skips}
