@@ -89,3 +89,181 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
     out = rope_il(out, cos_il, sin_signed, inverse=True).astype(BF16)
     t, h, d = out.shape
     return np.ascontiguousarray(out.reshape(t, o_groups, (h // o_groups) * d).transpose(1, 0, 2))
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above.
+# * swa_cache_insert_valid_bias: the row insert is a `pypto.loop` over tokens that reads the slot as a
+#   runtime scalar (`slot_mapping[t]`, GetTensorData) and assembles the kv row at [slot, 0] only
+#   `if slot >= 0`: −1 is skipped and later tokens win on duplicate slots (iterations in token order), as the
+#   reference. `scatter_update` is not used: with −1 slots it writes row −1 (the last row) and, on CPU,
+#   corrupts other rows too. The kernel writes only the inserted rows of `kv_cache` (the caller passes the
+#   same buffer as `kv_cache_in`). The bias is where(col < lens, 0, −1e20) with col = arange(window).
+# * swa_gather_kv: index_select of the clamped index max(idx, 0), then where(idx ≥ 0, row, 0). The
+#   index_select tile covers the block's whole [rows, window] index (only head_dim is split): with an
+#   in-kernel computed index, pypto 0.2.0's InferParamIndex pass mis-assigns index tiles otherwise
+#   (pass-verify FAILS whenever a tile splits the index dims).
+# * qk_pv: batched cube matmuls per token block (q·Kᵀ, then bf16(p)·K), the reference's mask/exp/merge
+#   order, l in numpy's pairwise order. The matmuls accumulate in f32 where the reference rounds an f64
+#   sum once, so s, m, l, o agree to f32 rounding (not bitwise).
+# * merge_norm: o / (l + exp(sink − m)) in f32, inverse RoPE (kernels.qkv helpers), one bf16 rounding,
+#   heads packed group-major with one assemble per group.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile, py_list, vec_tile  # noqa: E402
+from .qkv import (_PtoBlock, _pto_lead_tile, _pto_pairwise_sum, _pto_rope, _pto_set_tile,  # noqa: E402
+                  _pto_rows_for)
+
+_PTO_NEG_INF_ATTN = -1.0e20
+
+
+def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
+    kv, _cache_in, slots, lens = spec.operands
+    cache, bias = spec.results
+    d = kv.shape[1]
+    window = int(spec.attrs["window"])
+    src = Src(spec.signature())
+    n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
+    src(f"tokens = {n}")
+    _pto_set_tile(src, [1, d])
+    with src.block('for t in pypto.loop(0, tokens, 1, name="insert_loop", idx_name="t"):'):
+        src(f"slot = {slots.name}[t]")
+        with src.block("if slot >= 0:"):
+            src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+    loop = RowLoop(src, lens, 32)
+    blk = _PtoBlock(loop, lens)
+    br = blk.rows
+    with loop.loop():
+        _pto_set_tile(src, [br, max(window, 8)])
+        src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
+        src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
+        src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
+        loop.store("b", bias)
+    return src.text()
+
+
+def pypto_swa_gather_kv(spec: KernelSpec) -> str:
+    cache, idx = spec.operands
+    out = spec.results[0]
+    _, window = idx.shape
+    d = cache.shape[1]
+    src = Src(spec.signature())
+    loop = RowLoop(src, idx, max(1, min(8, 4096 // (window * d) or 1)))
+    blk = _PtoBlock(loop, idx)
+    br = blk.rows
+    d_tile = d
+    while br * window * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+        d_tile //= 2
+    with loop.loop():
+        _pto_set_tile(src, [br, window])
+        src(f"iv = {loop.view(idx)}")
+        src("ci = pypto.maximum(iv, 0)")
+        src(f"ok = {blk.reshape(cast_expr('iv', idx.dtype, 'f32'), [br, window, 1])}")
+        _pto_set_tile(src, [br, window, d_tile])  # the whole index block in one tile (see above)
+        src(f"g = pypto.index_select({cache.name}, 0, ci)")
+        src(f"y = {cast_expr('pypto.where(pypto.ge(ok, 0.0), g, 0.0)', 'f32', out.dtype)}")
+        loop.store("y", out)
+    return src.text()
+
+
+def pypto_qk_pv(spec: KernelSpec) -> str:
+    q, rows, bias, idx = spec.operands
+    m_out, l_out, o_out = spec.results
+    _, heads, hd = q.shape
+    window = rows.shape[1]
+    k_tile = int(spec.attrs.get("k_tile") or window)
+    scale = float(spec.attrs["scale"])
+    src = Src(spec.signature())
+    per_token = heads * window * 4 * 4 + heads * hd * 4 * 3 + window * hd * 2
+    loop = RowLoop(src, q, max(1, min(8, (256 * 1024) // per_token)))
+    blk = _PtoBlock(loop, q)
+    br = blk.rows
+    s_tile = vec_tile((br, heads, k_tile), 4)
+    o_tile = vec_tile((br, heads, hd), 4)
+    with loop.loop():
+        _pto_set_tile(src, [br, window])
+        src(f"vf = pypto.where(pypto.ge({cast_expr(loop.view(idx), idx.dtype, 'f32')}, 0.0), {loop.view(bias)}, -1.0)")
+        src(f"q3 = {loop.view(q)}")
+        for i, a in enumerate(range(0, window, k_tile)):
+            _pto_set_tile(src, [br, k_tile])
+            src(f"vt = {blk.sub('vf', [br], [0, a], k_tile)}")
+            _pto_set_tile(src, s_tile)
+            src(f"ok = pypto.ge({blk.reshape('vt', [br, 1, k_tile])}, 0.0)")
+            view = (f"pypto.view({rows.name}, [{br}, {k_tile}, {hd}], [{blk.r0}, {a}, 0]"
+                    f"{blk.valid(k_tile, hd)})")
+            src(f"k3 = {view}")
+            src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(k_tile, 64)})")
+            src("s = pypto.matmul(q3, k3, pypto.DT_FP32, b_trans=True)")
+            _pto_set_tile(src, s_tile)
+            src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG_INF_ATTN!r})")
+            src("mi = pypto.amax(s, -1, keepdim=True)")
+            src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
+            _pto_pairwise_sum(blk, "p", [br, heads], k_tile, "li", s_tile)
+            src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+            src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(k_tile, 128)}, {cube_tile(hd, 128)})")
+            src("oi = pypto.matmul(pb, k3, pypto.DT_FP32)")
+            if i == 0:
+                src("m_acc = mi")
+                src("l_acc = li")
+                src("o_acc = oi")
+                continue
+            _pto_set_tile(src, _pto_lead_tile([br, heads]) + [8])
+            src("big = pypto.maximum(m_acc, mi)")
+            src("ea = pypto.exp(pypto.sub(m_acc, big))")
+            src("eb = pypto.exp(pypto.sub(mi, big))")
+            src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
+            src("m_acc = big")
+            _pto_set_tile(src, o_tile)
+            src("o_acc = pypto.add(pypto.mul(ea, o_acc), pypto.mul(eb, oi))")
+        _pto_set_tile(src, [br, max(heads, 8)])
+        src(f"m2 = {blk.reshape('m_acc', [br, heads])}")
+        loop.store("m2", m_out)
+        src(f"l2 = {blk.reshape('l_acc', [br, heads])}")
+        loop.store("l2", l_out)
+        _pto_set_tile(src, o_tile)
+        loop.store("o_acc", o_out)
+    return src.text()
+
+
+def pypto_merge_norm(spec: KernelSpec) -> str:
+    m, l, o, sink, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    _, heads, hd = o.shape
+    groups = int(spec.attrs["o_groups"])
+    hg = heads // groups
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    src = Src(spec.signature())
+    loop = RowLoop(src, o, max(1, min(8, (128 * 1024) // (heads * hd * 4))))
+    blk = _PtoBlock(loop, o)
+    br = blk.rows
+    o_tile = vec_tile((br, heads, hd), 4)
+    with loop.loop():
+        _pto_set_tile(src, [br, max(heads, 8)])
+        src(f"den = pypto.add({loop.view(l)}, pypto.exp(pypto.sub(pypto.reshape({sink.name}, [1, {heads}]), "
+            f"{loop.view(m)})))")
+        src(f"den3 = {blk.reshape('den', [br, heads, 1])}")
+        _pto_set_tile(src, o_tile)
+        src(f"y = pypto.div({loop.view(o)}, den3)")
+        src(f"rp = {blk.sub('y', [br, heads], [0, 0, nope], rd)}")
+        _pto_rope(blk, "rp", [br, heads], rd, cos_il, sin_signed, "ro", o_tile, inverse=True)
+        if nope:
+            src(f"yr = pypto.concat([{blk.sub('y', [br, heads], [0, 0, 0], nope)}, ro], -1)")
+        else:
+            src("yr = ro")
+        src(f"yb = {cast_expr('yr', 'f32', out.dtype)}")
+        _pto_set_tile(src, vec_tile((br, hg, hd), 2))
+        for g in range(groups):
+            src(f"hgv = pypto.clone({blk.sub('yb', [br, hg], [0, g * hg, 0], hd)})")
+            _pto_set_tile(src, vec_tile((br, hg * hd), 2))
+            src(f"pk = {blk.reshape('hgv', [br, hg * hd])}")
+            _pto_set_tile(src, [1] + vec_tile((br, hg * hd), 2))
+            valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
+            src(f"pk3 = pypto.reshape(pk, [1, {br}, {hg * hd}]{valid3})")
+            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
+            _pto_set_tile(src, vec_tile((br, hg, hd), 2))
+    return src.text()
+
+
+PYPTO_TEMPLATES = {
+    "swa_cache_insert_valid_bias": pypto_swa_cache_insert_valid_bias, "swa_gather_kv": pypto_swa_gather_kv,
+    "qk_pv": pypto_qk_pv, "merge_norm": pypto_merge_norm,
+}

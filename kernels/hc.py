@@ -128,7 +128,7 @@ def hc_post(x_attn, x_hc, post, comb, **_):
 # and column views instead of reshapes of the whole residual, the same summation order over K chunks,
 # splits and streams. Row sums and the cube accumulate in pypto's own order inside a chunk/split, so f32
 # results agree to rounding (not bit for bit) where the reference fixes an order pypto cannot express.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile, py_list, row_block, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block, vec_tile  # noqa: E402
 
 
 def _pto_valid(loop: RowLoop, *rest) -> str:
@@ -241,8 +241,7 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     tile2d = vec_tile((br, min(width, 2048)), 4)
     with loop.loop():
         _pto_tile(src, tile2d)
-        src(f"pypto.set_cube_tile_shapes({cube_tile(br, 64)}, {cube_tile(min(width, 256), 256)}, "
-            f"{cube_tile(mix, 64)})")
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, width, mix, 'f32')})")
         for s, (lo, hi) in enumerate(splits):
             _pto_k_cols(loop, "xs", x, lo, hi - lo, tile2d)
             src(f"p{s} = pypto.matmul(xs, pypto.view({fn.name}, [{mix}, {hi - lo}], [0, {lo}]), "

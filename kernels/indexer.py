@@ -118,3 +118,37 @@ def idx_topk_bounded(positions, kv_seq_len, *, k, ratio, seq, score_len, **_):
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
     cols = np.arange(score_len)[None, :]
     return np.where(cols < np.minimum(vis, k)[:, None], cols, -1).astype(np.int32)
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py); mirror the references above.
+from ._pypto import KernelSpec, RowLoop, Src, py_list, row_block, vec_tile  # noqa: E402
+
+
+def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
+    """(Σ_k partials[k], ascending) · scale over [k, T, IH] partials, block by block over T."""
+    p = spec.operands[0]
+    out = spec.results[0]
+    splits, _, width = p.shape
+    scale = float(spec.attrs["scale"])
+    src = Src(spec.signature())
+    loop = RowLoop(src, out, row_block(spec, default=16))
+    br = loop.shape(out)[0]
+    r0 = "r0" if loop.looped else "0"
+    partial = loop.looped and loop.partial
+    tile2d = vec_tile((br, width), 4)
+    with loop.loop():
+        for k in range(splits):
+            src(f"pypto.set_vec_tile_shapes(1, {tile2d[0]}, {tile2d[1]})")
+            valid3 = f", valid_shape=[1, valid, {width}]" if partial else ""
+            valid2 = f", valid_shape=[valid, {width}]" if partial else ""
+            src(f"pk = pypto.reshape(pypto.view({p.name}, [1, {br}, {width}], [{k}, {r0}, 0]{valid3}), "
+                f"[{br}, {width}]{valid2})")
+            src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile2d))})")
+            src("acc = pk" if k == 0 else "acc = pypto.add(acc, pk)")
+        src(f"y = pypto.mul(acc, {scale!r})")
+        loop.store("y", out)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {"idx_weights_reduce": pypto_idx_weights_reduce}

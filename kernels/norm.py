@@ -11,3 +11,32 @@ def rmsnorm(x, w, *, eps=1e-6, **_):
     xf = f32(x)
     inv = np.float32(1.0) / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True, dtype=np.float32) + np.float32(eps))
     return to_bf16((xf * inv) * f32(w))
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generator for the lowering (see kernels/_pypto.py); mirrors `rmsnorm` above: fp32 math,
+# x · inv first, then · w, one bf16 rounding.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+
+
+def pypto_rmsnorm(spec: KernelSpec) -> str:
+    x, w = spec.operands[:2]
+    out = spec.results[0]
+    width = x.shape[-1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, row_block(spec, default=8))
+    tile = vec_tile(tuple(loop.shape(x)), 4)
+    with loop.loop():
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
+        src(f"xf = {cast_expr(loop.view(x), x.dtype, 'f32')}")
+        w_shape = py_list([1] * (x.rank - 1) + [width])
+        src(f"wf = {cast_expr(f'pypto.reshape({w.name}, {w_shape})', w.dtype, 'f32')}")
+        src("sq = pypto.sum(pypto.mul(xf, xf), -1, keepdim=True)")
+        src(f"inv = pypto.rsqrt(pypto.add(pypto.mul(sq, {1.0 / width!r}), {eps!r}))")
+        src(f"y = {cast_expr('pypto.mul(pypto.mul(xf, inv), wf)', 'f32', out.dtype)}")
+        loop.store("y", out)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {"rmsnorm": pypto_rmsnorm}

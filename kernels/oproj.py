@@ -53,7 +53,7 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
 # o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile, py_list, row_block, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block, vec_tile  # noqa: E402
 
 
 def pypto_o_proj_a(spec: KernelSpec) -> str:
@@ -66,7 +66,7 @@ def pypto_o_proj_a(spec: KernelSpec) -> str:
     src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, width), 2)))})")
     src(f"a = pypto.reshape(pypto.view({heads.name}, [1, {rows}, {width}], [{g}, 0, 0]), [{rows}, {width}])")
     src(f"b = pypto.reshape(pypto.view({wo_a.name}, [1, {n}, {width}], [{g}, 0, 0]), [{n}, {width}])")
-    src(f"pypto.set_cube_tile_shapes({cube_tile(min(rows, 64), 64)}, {cube_tile(width, 128)}, {cube_tile(n, 64)})")
+    src(f"pypto.set_cube_tile_shapes({cube_shapes(rows, width, n, 'bf16')})")
     src("c = pypto.matmul(a, b, pypto.DT_FP32, b_trans=True)")
     src(f"pypto.assemble(c, [0, 0], {out.name})")
     return src.text()
@@ -103,7 +103,7 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     loop = RowLoop(src, x, row_block(spec, default=64))
     br = loop.shape(x)[0]
     with loop.loop():
-        src(f"pypto.set_cube_tile_shapes({cube_tile(br, 64)}, {cube_tile(k, 128, 32)}, {cube_tile(n, 64, 32)})")
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, k, n, 'i8')})")
         src(f"w = pypto.view({wo_b.name}, [{n}, {k}], [0, {g * k}])")
         src(f"c = pypto.matmul({loop.view(x)}, w, pypto.DT_INT32, b_trans=True)")
         loop.store("c", out)

@@ -65,3 +65,332 @@ def kv_rms_norm_rope(kv_acc, gamma_ckv, cos_il, sin_signed, *, eps=1e-6, **_):
     ka = f32(kv_acc)
     kn = ka * _inv_rms(ka, eps) * f32(gamma_ckv)
     return to_bf16(rope_il(kn, cos_il, sin_signed))
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py); mirror the references above.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+
+
+def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
+    """qn = qa·(1/sqrt(mean(qa²) + eps))·gamma in f32 (not rounded), then the q8 rule per row."""
+    qa, gamma = spec.operands
+    q, scale = spec.results
+    width = qa.shape[1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, qa, row_block(spec, default=8))
+    br = loop.shape(qa)[0]
+    valid = "valid" if loop.looped and loop.partial else str(br)
+    with loop.loop():
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, width), 4)))})")
+        src(f"xf = {cast_expr(loop.view(qa), qa.dtype, 'f32')}")
+        src(f"gf = {cast_expr(f'pypto.reshape({gamma.name}, [1, {width}])', gamma.dtype, 'f32')}")
+        src(f"one = pypto.full([{br}, 1], 1.0, pypto.DT_FP32, valid_shape=[{valid}, 1])")
+        src(f"ms = pypto.div(pypto.sum(pypto.mul(xf, xf), -1, keepdim=True), {float(width)!r})")
+        src(f"inv = pypto.div(one, pypto.sqrt(pypto.add(ms, {eps!r})))")
+        src("qn = pypto.mul(pypto.mul(xf, inv), gf)")
+        src("amax = pypto.maximum(pypto.amax(pypto.abs(qn), -1, keepdim=True), 0.0001)")
+        src(f"k = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32, valid_shape=[{valid}, 1]), amax)")
+        src(f"qv = {cast_expr('pypto.mul(qn, k)', 'f32', 'i8')}")
+        loop.store("qv", q)
+        src(f"s = pypto.div(one, k)")
+        src(f"s1 = pypto.reshape(s, [{br}]" + (f", valid_shape=[{valid}])" if loop.looped and loop.partial else ")"))
+        loop.store("s1", scale)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {"qr_rms_norm_quant": pypto_qr_rms_norm_quant}
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op:
+# * every row reduction (the mean of the RMSNorms) is emitted in numpy's own float32 order (pairwise sum:
+#   8 strided accumulators per ≤128 block, combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), blocks halved
+#   recursively), and divides by the width like np.mean, so the results are bitwise equal to the references;
+# * the interleaved RoPE partner r[j^1] is built by data movement only (reshape [..., rd/2, 2] → transpose →
+#   swap the two planes → transpose back), then out = r·cos_il ± swapped·sin_signed exactly as `rope_il`;
+# * the interleaved tables come from `index_select` rows at the positions, the half duplicated/negated with
+#   `concat` and interleaved by the same reshape/transpose (pure data movement, exact).
+# pypto 0.2.0 on CPU: pypto.sum reduces in torch's order (differs from numpy in most rows at width ≥ 16),
+# and tile last dims must span 32 bytes, so column views [.., 1] are taken under 8-wide tiles.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+
+
+def _pto_set_tile(src: Src, shape) -> None:
+    src(f"pypto.set_vec_tile_shapes({', '.join(str(int(s)) for s in shape)})")
+
+
+class _PtoBlock:
+    """The current row block of a RowLoop: its leading shape and the `valid_shape` of block-local tensors."""
+
+    def __init__(self, loop: RowLoop, rows_from):
+        self.loop, self.src = loop, loop.src
+        self.rows = loop.shape(rows_from)[0]
+        self.partial = loop.looped and loop.partial
+
+    @property
+    def r0(self) -> str:
+        return "r0" if self.loop.looped else "0"
+
+    def valid(self, *rest) -> str:
+        """`, valid_shape=[valid, *rest]` for a block-local [rows, *rest] tensor when the block may be partial."""
+        if not self.partial:
+            return ""
+        return f", valid_shape={py_list(['valid'] + [str(r) for r in rest])}"
+
+    def sub(self, x: str, lead, offsets, width: int) -> str:
+        """A view of the block-local tensor `x` ([rows, *lead[1:], ...]) of shape [*lead, width] at `offsets`."""
+        return f"pypto.view({x}, {py_list(list(lead) + [width])}, {py_list(offsets)}{self.valid(*lead[1:], width)})"
+
+    def reshape(self, x: str, shape) -> str:
+        return f"pypto.reshape({x}, {py_list(shape)}{self.valid(*shape[1:])})"
+
+
+def _pto_lead_tile(lead, budget_elems: int = 2048) -> list[int]:
+    """A tile for the leading dims of [*lead, w ≤ 8] tensors: inner dims whole, rows as the budget allows."""
+    tile = [1] * len(lead)
+    room = budget_elems
+    for i in range(len(lead) - 1, -1, -1):
+        tile[i] = max(1, min(lead[i], room))
+        room = max(1, room // tile[i])
+    return tile
+
+
+def _pto_pairwise_sum(blk: _PtoBlock, x: str, lead, n: int, out: str, wide_tile, tag: str = "ps") -> None:
+    """`out` = numpy's float32 sum of the last axis (width n) of the block-local f32 tensor `x` [*lead, n],
+    kept as [*lead, 1]: pairwise_sum of numpy's loops_utils (bitwise the same order). Emits the 8-wide
+    accumulator adds under an 8-wide tile, then restores `wide_tile`."""
+    src = blk.src
+    rank = len(lead) + 1
+    zeros = [0] * len(lead)
+    narrow = _pto_lead_tile(lead) + [8]
+    counter = [0]
+
+    def fresh() -> str:
+        counter[0] += 1
+        return f"{tag}{counter[0]}"
+
+    def col(t: str, off: int) -> str:
+        return blk.sub(t, lead, zeros + [off], 1)
+
+    def block(off: int, m: int) -> str:
+        res = fresh()
+        if m < 8:
+            src(f"{res} = {col(x, off)}")
+            for i in range(1, m):
+                src(f"{res} = pypto.add({res}, {col(x, off + i)})")
+            return res
+        if m <= 128:
+            acc = fresh()
+            src(f"{acc} = {blk.sub(x, lead, zeros + [off], 8)}")
+            i = 8
+            while i < m - (m % 8):
+                src(f"{acc} = pypto.add({acc}, {blk.sub(x, lead, zeros + [off + i], 8)})")
+                i += 8
+            r = [col(acc, k) for k in range(8)]
+            src(f"{res} = pypto.add(pypto.add(pypto.add({r[0]}, {r[1]}), pypto.add({r[2]}, {r[3]})), "
+                f"pypto.add(pypto.add({r[4]}, {r[5]}), pypto.add({r[6]}, {r[7]})))")
+            for j in range(i, m):
+                src(f"{res} = pypto.add({res}, {col(x, off + j)})")
+            return res
+        half = m // 2
+        half -= half % 8
+        a = block(off, half)
+        b = block(off + half, m - half)
+        src(f"{res} = pypto.add({a}, {b})")
+        return res
+
+    assert rank >= 2
+    _pto_set_tile(src, narrow)
+    src(f"{out} = {block(0, n)}")
+    _pto_set_tile(src, wide_tile)
+
+
+def _pto_inv_rms(blk: _PtoBlock, x: str, lead, n: int, eps: float, out: str, wide_tile) -> None:
+    """`out` [*lead, 1] = 1/sqrt(mean(x², -1) + eps) like `_inv_rms` (np.mean: pairwise sum / n)."""
+    src = blk.src
+    src("sq = pypto.mul(" + x + ", " + x + ")")
+    _pto_pairwise_sum(blk, "sq", lead, n, "ss", wide_tile)
+    _pto_set_tile(src, _pto_lead_tile(lead) + [8])
+    src(f"one = pypto.full({py_list(list(lead) + [1])}, 1.0, pypto.DT_FP32{blk.valid(*lead[1:], 1)})")
+    src(f"{out} = pypto.div(one, pypto.sqrt(pypto.add(pypto.div(ss, {float(n)!r}), {float(eps)!r})))")
+    _pto_set_tile(src, wide_tile)
+
+
+def _pto_pair_swap(blk: _PtoBlock, r: str, lead, rd: int, out: str, wide_tile) -> None:
+    """`out` [*lead, rd] = r[..., j ^ 1] (adjacent pairs swapped) by reshape/transpose/concat (exact)."""
+    src = blk.src
+    k = len(lead)
+    half = rd // 2
+    t_tile = _pto_lead_tile(lead, 512 // rd)  # transposes need ~13 tile-sized buffers of UB
+    _pto_set_tile(src, t_tile + [half, 8])  # a reshape's tile needs a 32-byte last dim even onto a 2-wide axis
+    src(f"p4 = {blk.reshape(r, list(lead) + [half, 2])}")
+    _pto_set_tile(src, t_tile + [2, half])
+    src(f"pt = pypto.transpose(p4, {k}, {k + 1})")
+    src(f"ev = {blk.sub('pt', list(lead) + [1], [0] * (k + 2), half)}")
+    src(f"od = {blk.sub('pt', list(lead) + [1], [0] * k + [1, 0], half)}")
+    src(f"sw = pypto.concat([od, ev], {k})")
+    _pto_set_tile(src, t_tile + [half, 2])
+    src(f"pb = pypto.transpose(sw, {k}, {k + 1})")
+    _pto_set_tile(src, t_tile + [rd])
+    src(f"{out} = {blk.reshape('pb', list(lead) + [rd])}")
+    _pto_set_tile(src, wide_tile)
+
+
+def _pto_rope(blk: _PtoBlock, r: str, lead, rd: int, cos_il, sin_signed, out: str, wide_tile,
+              inverse: bool = False) -> None:
+    """`out` = rope_il of the block-local f32 rope part r [*lead, rd]: r·c ± swapped·s, tables [rows, rd]
+    broadcast over the middle axes (read through the block's views of the cos_il / sin_signed inputs)."""
+    src = blk.src
+    _pto_pair_swap(blk, r, lead, rd, "swp", wide_tile)
+    bshape = [blk.rows] + [1] * (len(lead) - 1) + [rd]
+    for name, t in (("cb", cos_il), ("sb", sin_signed)):
+        tf = cast_expr(blk.loop.view(t), t.dtype, "f32")
+        src(f"{name} = {blk.reshape(tf, bshape) if len(lead) > 1 else tf}")
+    op = "pypto.sub" if inverse else "pypto.add"
+    src(f"{out} = {op}(pypto.mul({r}, cb), pypto.mul(swp, sb))")
+
+
+def _pto_rows_for(spec: KernelSpec, bytes_per_row: int, default_cap: int = 32, budget: int = 256 * 1024) -> int:
+    """Rows per loop iteration: the op's rows tile when it tiles rows, else what keeps a block's f32 working
+    set around `budget` bytes (pypto splits it into UB tiles; fewer iterations = fewer task chains)."""
+    rows = max(1, min(default_cap, budget // max(1, bytes_per_row)))
+    return rows
+
+
+def pypto_rope_tables(spec: KernelSpec) -> str:
+    """cos_il / sin_signed [T, rd] bf16: the table rows at `positions` (index_select), the first rd/2 columns
+    duplicated (cos) or [−s, s] (sin), interleaved by reshape [rows, 2, rd/2] → transpose → [rows, rd]."""
+    cos, sin, pos = spec.operands
+    cos_il, sin_signed = spec.results
+    rd = int(spec.attrs["rope_dim"])
+    half = rd // 2
+    src = Src(spec.signature())
+    loop = RowLoop(src, pos, row_block(spec, default=32) if spec.attrs.get("tile") else 32)
+    blk = _PtoBlock(loop, pos)
+    br = blk.rows
+    with loop.loop():
+        _pto_set_tile(src, [max(br, 8)])
+        src(f"pv = {loop.view(pos)}")
+        _pto_set_tile(src, [br, cos.shape[1]])
+        for name, table in (("c", cos), ("s", sin)):
+            src(f"{name}f = {cast_expr(f'pypto.index_select({table.name}, 0, pv)', table.dtype, 'f32')}")
+            src(f"{name}h = {blk.sub(name + 'f', [br], [0, 0], half)}")
+        _pto_set_tile(src, [br, rd])
+        src("cc = pypto.concat([ch, ch], -1)")
+        src("ss = pypto.concat([pypto.neg(sh), sh], -1)")
+        for name, target in (("cc", cos_il), ("ss", sin_signed)):
+            _pto_set_tile(src, [br, 2, half])
+            src(f"{name}3 = {blk.reshape(name, [br, 2, half])}")
+            _pto_set_tile(src, [br, half, 2])
+            src(f"{name}t = pypto.transpose({name}3, 1, 2)")
+            _pto_set_tile(src, [br, rd])
+            src(f"{name}i = {blk.reshape(name + 't', [br, rd])}")
+            src(f"{name}o = {cast_expr(name + 'i', 'f32', target.dtype)}")
+            loop.store(f"{name}o", target)
+    return src.text()
+
+
+def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
+    """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
+    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k."""
+    qa, gamma = spec.operands
+    qr, scale = spec.results
+    n = qa.shape[1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, qa, _pto_rows_for(spec, n * 4 * 4))
+    blk = _PtoBlock(loop, qa)
+    br = blk.rows
+    wide = vec_tile((br, n), 4)
+    with loop.loop():
+        _pto_set_tile(src, wide)
+        src(f"x = {loop.view(qa)}")
+        _pto_inv_rms(blk, "x", [br], n, eps, "inv", wide)
+        src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
+        src("qn = pypto.mul(pypto.mul(x, inv), g)")
+        src("amax = pypto.maximum(pypto.amax(pypto.abs(qn), -1, keepdim=True), 0.0001)")
+        _pto_set_tile(src, [br, 8])
+        src(f"k = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32{blk.valid(1)}), amax)")
+        src(f"s = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32{blk.valid(1)}), k)")
+        _pto_set_tile(src, wide)
+        src(f"qv = {cast_expr('pypto.mul(qn, k)', 'f32', 'i8')}")
+        loop.store("qv", qr)
+        _pto_set_tile(src, [max(br, 8)])
+        src(f"s1 = {blk.reshape('s', [br])}")
+        loop.store("s1", scale)
+    return src.text()
+
+
+def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
+    """q = (f32(acc)·qr_scale)·wq_b_scale → [rows, H, hd]; q·inv_rms per head; RoPE on the last rd dims;
+    one bf16 rounding (nope and rope parts assembled separately)."""
+    acc, sa, sw, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    _, heads, hd = out.shape
+    n = acc.shape[1]
+    rd = cos_il.shape[1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, acc, _pto_rows_for(spec, n * 4 * 4, default_cap=8))
+    blk = _PtoBlock(loop, acc)
+    br = blk.rows
+    wide2 = vec_tile((br, n), 4)
+    wide3 = vec_tile((br, heads, hd), 4)
+    with loop.loop():
+        _pto_set_tile(src, wide2)
+        src(f"sav = {blk.reshape(loop.view(sa), [br, 1])}")
+        src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
+        src(f"q2 = pypto.mul(pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, sav), swv)")
+        _pto_set_tile(src, wide3)
+        src(f"q = {blk.reshape('q2', [br, heads, hd])}")
+        _pto_inv_rms(blk, "q", [br, heads], hd, eps, "inv", wide3)
+        src("qn = pypto.mul(q, inv)")
+        _pto_rope_tail(blk, "qn", [br, heads], hd, rd, cos_il, sin_signed, out, wide3)
+    return src.text()
+
+
+def _pto_rope_tail(blk: _PtoBlock, x: str, lead, width: int, rd: int, cos_il, sin_signed, out, wide_tile,
+                   inverse: bool = False, offsets=None) -> None:
+    """Round x[..., :width-rd] and rope(x[..., width-rd:]) to out's dtype and assemble both at the block
+    row (or at `offsets`)."""
+    src = blk.src
+    k = len(lead)
+    nope = width - rd
+    src(f"rp = {blk.sub(x, lead, [0] * k + [nope], rd)}")
+    _pto_rope(blk, "rp", lead, rd, cos_il, sin_signed, "ro", wide_tile, inverse=inverse)
+    base = offsets or [blk.r0] + ["0"] * k
+    if nope:
+        src(f"np_ = {cast_expr(blk.sub(x, lead, [0] * (k + 1), nope), 'f32', out.dtype)}")
+        src(f"pypto.assemble(np_, {py_list(base)}, {out.name})")
+    src(f"ro_ = {cast_expr('ro', 'f32', out.dtype)}")
+    src(f"pypto.assemble(ro_, {py_list(base[:-1] + [f'{base[-1]} + {nope}' if nope else base[-1]])}, {out.name})")
+
+
+def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
+    """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately)."""
+    ka, gamma, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    n = ka.shape[1]
+    rd = cos_il.shape[1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, ka, _pto_rows_for(spec, n * 4 * 4))
+    blk = _PtoBlock(loop, ka)
+    br = blk.rows
+    wide = vec_tile((br, n), 4)
+    with loop.loop():
+        _pto_set_tile(src, wide)
+        src(f"x = {loop.view(ka)}")
+        _pto_inv_rms(blk, "x", [br], n, eps, "inv", wide)
+        src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
+        src("kn = pypto.mul(pypto.mul(x, inv), g)")
+        _pto_rope_tail(blk, "kn", [br], n, rd, cos_il, sin_signed, out, wide)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {
+    "rope_tables": pypto_rope_tables, "qr_rms_norm_quant": pypto_qr_rms_norm_quant,
+    "qproj_dequant_rms_nope_rope": pypto_qproj_dequant_rms_nope_rope, "kv_rms_norm_rope": pypto_kv_rms_norm_rope,
+}

@@ -204,3 +204,10 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
     """The fused form of hca_stream_merge → hca_stream_pack (dspark-model.md §6(c)): bit-identical."""
     merged = hca_stream_merge(m, l, heads, cm, cl, co, sink)
     return hca_stream_pack(merged, cos_il, sin_signed, swap, o_groups=o_groups)
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py): the copy stages.
+from .elementwise import pypto_copy  # noqa: E402
+
+PYPTO_TEMPLATES = {"kv_touch": pypto_copy, "o_local_bridge": pypto_copy}

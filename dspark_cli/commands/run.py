@@ -1,0 +1,77 @@
+"""Run a layer on seeded golden inputs and compare every output with the independent golden.
+
+Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance (dspark_ir/layers/tolerances.py; at
+TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every output is within tolerance,
+1 otherwise.
+The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any, Callable
+
+from ..common import UsageError, add_target_arguments, load_graph
+
+NAME = "run"
+HELP = "run a layer against its golden and report errors"
+
+# Backend name → "module:function" or a callable fn(graph, inputs) -> result, where inputs and result have the
+# interpreter's form (a dict, or a list of dicts per rank). Extend this dict to add executors.
+BACKENDS: dict[str, str | Callable[..., Any]] = {
+    "numpy": "dspark_ir.interp:run",
+}
+BACKENDS.update(importlib.import_module("lowering.backends").BACKENDS)  # task-graph executors (lowering/)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_target_arguments(p, "LAYER|FILE")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
+    p.add_argument("--regime", default="default", help="input regime (default: default; see goldens/inputs.py)")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="numpy",
+                   help="executor: numpy = the reference interpreter (default)")
+
+
+def backend(name: str) -> Callable[..., Any]:
+    fn = BACKENDS[name]
+    if isinstance(fn, str):
+        module, _, attr = fn.partition(":")
+        fn = getattr(importlib.import_module(module), attr)
+    return fn
+
+
+def run(args: argparse.Namespace) -> int:
+    from dspark_ir import layers, verify
+    from dspark_ir.layers.tolerances import compare_layer
+
+    g = load_graph(args)
+    verify(g)
+    if "layer" not in g.attributes:
+        raise UsageError(f"graph '@{g.name}' is not a layer graph (no 'layer' attribute)")
+    _check_regime(g, args.regime)
+    inputs = layers.layer_inputs(g, args.seed, args.regime)
+    result = layers.graph_outputs(g, backend(args.backend)(g, inputs))
+    golden = layers.golden_outputs(g, inputs)
+    a = g.attributes
+    print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']} · seed {args.seed} · "
+          f"regime {args.regime} · backend {args.backend}")
+    print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")
+    comparisons = compare_layer(result, golden, a["layer"], int(g.symbols.get("S") or 1))
+    for c in comparisons:
+        verdict = "ok (bitwise)" if c.bitwise else "ok" if c.ok else f"FAIL: {c.detail}"
+        print(f"  {c.name:<14} {c.max_abs:>10.3g}  {c.max_rel:>10.3g}  {c.tolerance.describe():<46} {verdict}")
+    failed = sum(not c.ok for c in comparisons)
+    ranks = f" (all {a.get('ranks')} ranks)" if int(a.get("ranks", 1)) > 1 else ""
+    print(f"{'ok' if not failed else 'FAIL'}: {len(comparisons) - failed}/{len(comparisons)} outputs within "
+          f"tolerance{ranks}")
+    return 0 if not failed else 1
+
+
+def _check_regime(g, regime: str) -> None:
+    from dspark_ir import layers
+
+    known = layers.regimes(g.attributes["layer"])
+    if regime not in known:
+        from dspark_ir.errors import did_you_mean
+
+        raise UsageError(f"unknown regime '{regime}'{did_you_mean(regime, known)} (known: {', '.join(known)})")

@@ -1,0 +1,48 @@
+"""`dspark run --backend numpy|shuffled|pypto`: the task-graph executors in the run command's form.
+
+Each backend is `fn(graph, inputs) -> result` with the interpreter's input/result form (a dict, or one
+dict per rank). They lower the (verified) graph as it is, then execute the task graph:
+
+* `numpy`    the kernels' numpy references in submission order (equal to the interpreter bit for bit);
+* `shuffled` a random valid order of the explicit deps, atomic split reductions in a random split order
+             (seed: $DSPARK_SHUFFLE_SEED, default 0);
+* `pypto`    every templated kernel through pypto 0.2.0 on CPU, one job per rank (collectives and ops
+             without a template fall back to numpy, reported on stderr).
+* `interp`   the reference interpreter itself (`dspark_ir.interp.run`), kept reachable under its own name.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+BACKENDS = {
+    "numpy": "lowering.backends:numpy_backend",
+    "shuffled": "lowering.backends:shuffled_backend",
+    "pypto": "lowering.backends:pypto_backend",
+    "interp": "dspark_ir.interp:run",
+}
+
+
+def numpy_backend(g, inputs):
+    from . import build_task_graph, run_numpy
+
+    return run_numpy(build_task_graph(g), inputs)
+
+
+def shuffled_backend(g, inputs):
+    from . import build_task_graph, run_shuffled
+
+    return run_shuffled(build_task_graph(g), inputs, int(os.environ.get("DSPARK_SHUFFLE_SEED", "0")))
+
+
+def pypto_backend(g, inputs):
+    from . import build_task_graph
+    from .pypto_exec import PyptoReport, run_pypto
+
+    report = PyptoReport()
+    try:
+        return run_pypto(build_task_graph(g), inputs, report=report)
+    finally:
+        print(f"pypto backend: {report.summary()}", file=sys.stderr)
+        for r in report.fallbacks:
+            print(f"  numpy fallback: task {r.id} '{r.name}' (no pypto template)", file=sys.stderr)

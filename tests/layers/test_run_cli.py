@@ -1,0 +1,51 @@
+"""`dspark run LAYER`: per-output errors with the tolerance, exit 0 within tolerance and 1 outside it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dspark_cli.commands import run as run_cmd
+from dspark_cli.main import main
+
+
+@pytest.mark.parametrize("tp", ["1", "4"])
+def test_run_swa_within_tolerance(tp, capsys):
+    assert main(["run", "decode-swa", "--config", "tiny", "--tp", tp, "--seed", "1",
+                 "--regime", "window_boundary"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (f"dspark run decode-swa · config tiny · tp {tp} · seed 1 · "
+                                   "regime window_boundary · backend numpy")
+    assert "x_out" in out and "kv_cache" in out and "reldiff_rows(diff=0.003" in out
+    assert out.rstrip().endswith("outputs within tolerance" + (" (all 4 ranks)" if tp == "4" else ""))
+    assert "ok: 2/2" in out
+
+
+def test_run_exits_1_outside_tolerance(monkeypatch, capsys):
+    def broken(g, inputs):
+        from dspark_ir.interp import run
+
+        out = run(g, inputs)
+        x_out = g.returns[0].name
+        out[x_out] = out[x_out] * np.float32(1.01)
+        return out
+
+    monkeypatch.setitem(run_cmd.BACKENDS, "numpy", broken)
+    assert main(["run", "decode-swa", "--tp", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "FAIL: 1/2 outputs within tolerance" in out
+
+
+def test_run_errors_are_one_line(capsys):
+    assert main(["run", "decode-swa", "--regime", "window_boundry"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown regime 'window_boundry' (did you mean 'window_boundary'?)" in err
+    with pytest.raises(SystemExit) as e:
+        main(["run", "decode-swa", "--backend", "gpu"])
+    assert e.value.code == 2
+    assert main(["run", "decode-swq"]) == 2
+    assert "did you mean 'decode-swa'" in capsys.readouterr().err
+
+
+def test_backends_are_a_small_extensible_dict():
+    assert "numpy" in run_cmd.BACKENDS
+    assert all(callable(run_cmd.backend(name)) for name in run_cmd.BACKENDS)

@@ -1,0 +1,79 @@
+"""pypto 0.2.0 templates of the DSpark op families, run through the harness against the numpy references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.lowering.pypto_cases import Case, check_case, run_cases
+
+pytestmark = pytest.mark.pypto
+
+
+def _oproj_dequant_inputs(g, rng):
+    out = {}
+    for p in g.params:
+        shape = p.type.concrete_shape(g.env)
+        if p.type.dtype.is_int:
+            out[p.name] = rng.integers(-3000, 3000, shape).astype(np.int32)
+        else:
+            out[p.name] = rng.uniform(0.001, 0.02, shape).astype(np.float32)
+    return out
+
+
+CASES = {
+    "o_proj_a": Case("graph @k<T = 16>(%h: bf16[4,T,128], %w: bf16[4,64,128]) {\n"
+                     "  %y = o_proj_a(%h, %w) {group = 2} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=1e-5),
+    "quant_rows": Case("graph @k<T = 20>(%x: f32[T,64]) {\n"
+                       "  %q, %s = quant_rows(%x) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
+                       "  return %q, %s\n}\n"),
+    "o_proj_b": Case("graph @k<T = 20>(%x: i8[T,64], %w: i8[256,256]) {\n"
+                     "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,256]\n  return %y\n}\n"),
+    "o_proj_b_dequant_bf16": Case(
+        "graph @k<T = 16>(%sw: f32[256], %a0: i32[T,256], %s0: f32[T], %a1: i32[T,256], %s1: f32[T]) {\n"
+        "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = bf16, tile = [8, 256]} : bf16[T,256]\n"
+        "  return %y\n}\n", make_inputs=_oproj_dequant_inputs),
+    "hc_pre_rms": Case("graph @k<T = 20>(%x: f32[T,4,256]) {\n"
+                       "  %y = hc_pre_rms(%x) {tile = [8, 128], tail = clamp} : f32[T]\n  return %y\n}\n",
+                       ulps=None, rel=2e-6),
+    "hc_pre_linear_atomic": Case("graph @k<T = 20>(%x: f32[T,4,64], %fn: f32[24,256], %acc: f32[T,24] inout) {\n"
+                                 "  %y = hc_pre_linear(%x, %fn, %acc) {k_split = 4, tile = [8, 64], tail = clamp}"
+                                 " : f32[T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
+    "hc_pre_linear_ordered": Case("graph @k<T = 16>(%x: f32[T,4,64], %fn: f32[24,256]) {\n"
+                                  "  %y = hc_pre_linear(%x, %fn) {accumulate = ordered, k_split = 2, tile = [8, 64]}"
+                                  " : f32[2*T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
+    "hc_pre_linear_reduce": Case("graph @k<T = 20>(%p: f32[4*T,24]) {\n"
+                                 "  %y = hc_pre_linear_reduce(%p) {k_split = 4} : f32[T,24]\n  return %y\n}\n"),
+    "mix_x": Case("graph @k<T = 20>(%x: f32[T,4,256], %pre: f32[T,4]) {\n"
+                  "  %y = mix_x(%x, %pre) {tile = [8, 64], tail = clamp} : bf16[T,256]\n  return %y\n}\n"),
+    "hc_post": Case("graph @k<T = 12>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4], %comb: f32[T,4,4]) {\n"
+                    "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
+                    "  return %y\n}\n"),
+    "split_pre_post": Case("graph @k<T = 20>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
+                           "  %pre, %post = split_pre_post(%m, %inv, %s, %b) {tile = [8], tail = clamp}"
+                           " : f32[T,4], f32[T,4]\n  return %pre, %post\n}\n", ulps=None, rel=1e-6),
+    "comb_sinkhorn": Case("graph @k<T = 12>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
+                          "  %c = comb_sinkhorn(%m, %inv, %s, %b) {tile = [8], tail = clamp} : f32[T,4,4]\n"
+                          "  return %c\n}\n", ulps=None, rel=1e-5),
+    "qr_rms_norm_quant": Case("graph @k<T = 20>(%qa: f32[T,64], %g: f32[64]) {\n"
+                              "  %q, %s = qr_rms_norm_quant(%qa, %g) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
+                              "  return %q, %s\n}\n", ulps={"qr": 1, "scale": 8}),  # mean: pairwise vs tile sum
+    "idx_weights_reduce_narrow": Case("graph @k<T = 20>(%p: f32[4,T,4]) {\n"
+                                      "  %w = idx_weights_reduce(%p) {scale = 0.25} : f32[T,4]\n  return %w\n}\n"),
+    "idx_weights_reduce": Case("graph @k<T = 20>(%p: f32[4,T,32]) {\n"
+                               "  %w = idx_weights_reduce(%p) {scale = 0.25} : f32[T,32]\n  return %w\n}\n"),
+    "kv_touch": Case("graph @k<T = 4>(%c: bf16[40,64] inout) {\n"
+                     "  %c2 = kv_touch(%c) : bf16[40,64]\n  return %c2\n}\n"),
+    "o_local_bridge": Case("graph @k<T = 20>(%x: bf16[T,64]) {\n"
+                           "  %y = o_local_bridge(%x) : bf16[T,64]\n  return %y\n}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return run_cases(CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_family_template_matches_numpy_reference(batch, case):
+    task, job, res = batch[case]
+    check_case(CASES[case], job, res)
