@@ -1,0 +1,159 @@
+"""Simulate a lowered layer on N ranks: cores per rank, early dispatch, signals, spinning waits, deadlocks.
+
+The graph (a layer name or a .dsir file, after the -p pipeline) is lowered to its task graph and every rank runs
+it on its own cores (lowering/simulate: the scheduling model is in its module docstring). Prints the makespan in
+simulated steps, or the deadlock report (the wait-for cycle and every held core), and any problem found (signal
+epoch mismatches, reads of data no rank wrote yet). With values on (default for layer graphs that fit in
+memory) the numpy references run as tasks complete and the outputs are compared with the reference interpreter.
+Exit status: 0 completed and clean, 1 deadlock, problem or value mismatch, 2 error.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..common import UsageError, add_target_arguments
+
+NAME = "simulate"
+HELP = "simulate the lowered task graph on N ranks (makespan in steps, or the deadlock report)"
+VALUES_LIMIT = 1 << 30     # bytes of buffers over all ranks up to which values are on by default
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_target_arguments(p, "LAYER|FILE")
+    p.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel ranks of the moe layer (default: the config's)")
+    p.add_argument("--cores-cube", type=int, default=24, metavar="N", help="cube (AIC) cores per rank (default 24)")
+    p.add_argument("--cores-vector", type=int, default=48, metavar="N",
+                   help="vector (AIV) cores per rank (default 48); a mix task takes 1 cube + 2 vector")
+    p.add_argument("--seed", type=int, default=0, help="seed of the dispatch order among ready tasks (default 0)")
+    p.add_argument("--input-seed", type=int, default=0, help="seed of the layer's golden inputs (default 0)")
+    p.add_argument("-p", "--pipeline", help="pass pipeline to run first ('default' = the default pipeline; "
+                                            "none when omitted)")
+    p.add_argument("--values", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the numpy references and compare with the interpreter (default: on for layer graphs "
+                        "whose buffers fit in 1 GiB)")
+    p.add_argument("--early-resolve", choices=("dispatched", "ignored"), default="dispatched",
+                   help="AER tasks wait for their inferred producers to be dispatched (default) or ignore them")
+    p.add_argument("--signal-edges", action="store_true",
+                   help="keep the lowering's notifier → waiter hazards on signal windows as inferred deps "
+                        "(default: signal windows are invisible to dependency tracking, as on hardware)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dspark_ir import verify
+    from lowering import build_task_graph
+    from lowering.simulate import SimConfig, simulate
+
+    if args.cores_cube < 0 or args.cores_vector < 0:
+        raise UsageError("core counts must be >= 0", "--cores-cube/--cores-vector")
+    g = _load(args)
+    verify(g)
+    g = _pipeline(g, args.pipeline)
+    tg = build_task_graph(g)
+    inputs = _inputs(g, tg, args)
+    config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed,
+                       track_signal_windows=args.signal_edges, early_resolve=args.early_resolve)
+    result = simulate(tg, inputs, config)
+    print(_header(g, args))
+    print(result.report())
+    mismatch = False
+    if inputs is None:
+        print("values: not computed (timing only; --values runs the numpy references)")
+    elif result.completed and result.outputs is not None:
+        mismatch = not _compare(g, inputs, result.outputs)
+    elif result.completed:
+        print("values: not compared (a numpy reference failed, see the problems above)")
+    return 0 if result.ok and not mismatch else 1
+
+
+def _load(args: argparse.Namespace):
+    from dspark_ir import layers, parse_file
+
+    target = args.target
+    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
+        if args.ep is not None:
+            raise UsageError("--ep applies to a layer name, not a file", "--ep")
+        return parse_file(target).entry
+    params = {} if args.ep is None else {"ep": args.ep}
+    return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, **params)
+
+
+def _pipeline(g, pipeline: str | None):
+    if not pipeline:
+        return g
+    import passes
+
+    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
+
+
+def _inputs(g, tg, args: argparse.Namespace):
+    """Golden inputs of a layer graph (the graph's own ep for moe), seeded random ones for other graphs with
+    --values, or None (timing only)."""
+    wanted = args.values
+    size = sum(_nbytes(b) for b in tg.buffers.values()) * max(tg.ranks, 1)
+    if wanted is False or (wanted is None and ("layer" not in g.attributes or size > VALUES_LIMIT)):
+        return None
+    if "layer" not in g.attributes:
+        from lowering.orchestration import random_inputs
+
+        return [random_inputs(tg, args.input_seed + r) for r in range(tg.ranks)] if tg.ranks > 1 \
+            else random_inputs(tg, args.input_seed)
+    return layer_inputs(g, args.input_seed)
+
+
+def layer_inputs(g, seed: int):
+    """layers.layer_inputs, except that a moe graph's inputs follow its `ep` attribute (ranks = ep)."""
+    import numpy as np
+
+    from dspark_ir import layers
+    from goldens import inputs as gi
+    from kernels._np import NP_DTYPES
+
+    ep = g.attributes.get("ep")
+    if ep is None or int(g.attributes.get("ranks", 1)) == layers.graph_config(g).ep:
+        return layers.layer_inputs(g, seed)
+    try:
+        cfg = layers.graph_config(g).with_(ep=int(ep))
+        per_rank = gi.make_rank_inputs(g.attributes["kind"], cfg, seed)
+    except ValueError as e:       # goldens' ConfigError: a graph whose config the goldens cannot rebuild
+        from dspark_ir.errors import ConfigError
+
+        raise ConfigError(f"no golden inputs for this graph: {e}", f"graph '@{g.name}'") from None
+    typed = [{p.name: np.asarray(d[p.name]).astype(NP_DTYPES[p.type.dtype.value]) for p in g.params}
+             for d in per_rank]
+    return typed if len(typed) > 1 else typed[0]
+
+
+def _nbytes(buf) -> int:
+    import numpy as np
+
+    from kernels._np import NP_DTYPES
+
+    return buf.numel * np.dtype(NP_DTYPES[buf.dtype]).itemsize
+
+
+def _compare(g, inputs, outputs) -> bool:
+    import numpy as np
+
+    from dspark_ir.interp import run
+
+    expected = run(g, inputs)
+    expected = expected if isinstance(expected, list) else [expected]
+    bad = [(r, k) for r, (got, want) in enumerate(zip(outputs, expected)) for k in want
+           if not np.array_equal(got[k], want[k], equal_nan=True)]
+    if bad:
+        r, k = bad[0]
+        print(f"values: FAIL: %{k} on rank {r} differs from the interpreter ({len(bad)} output(s) differ)")
+        return False
+    print(f"values: outputs equal the interpreter's on {len(outputs)} rank(s) (bitwise)")
+    return True
+
+
+def _header(g, args: argparse.Namespace) -> str:
+    a = g.attributes
+    what = f"{a['layer']} · config {a.get('config')}" if "layer" in a else f"@{g.name}"
+    ranks = f"ep {a['ep']}" if "ep" in a else f"tp {a.get('tp', 1)}"
+    pipeline = args.pipeline or "none"
+    return (f"dspark simulate {what} · {ranks} · {args.cores_cube} cube + {args.cores_vector} vector cores per "
+            f"rank · seed {args.seed} · pipeline {pipeline}")
