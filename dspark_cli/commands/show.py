@@ -19,5 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     g = load_graph(args)
     verify(g)
-    emit(print_graph(g), args.output)
+    emit(print_graph(g, header=header(g)), args.output)
     return 0
+
+
+def header(g) -> list[str]:
+    """`dspark-ir 1 · layer decode-swa · config tiny · tp 2` (from the graph's own attributes)."""
+    parts = ["dspark-ir 1"] + [f"{key} {g.attributes[key]}" for key in ("layer", "config", "tp")
+                               if key in g.attributes]
+    return [" · ".join(parts)]
