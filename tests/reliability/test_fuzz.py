@@ -10,10 +10,11 @@ from dspark_ir import print_graph
 from ..ir.strategies import graphs
 
 CORPUS = sorted((Path(__file__).parent / "corpus").glob("*.dsir"))
+HANG_BUDGET_S = 30.0  # a hang check, not a speed goal: generous enough for a loaded CI machine
 
 
 def test_fuzz_2000_inputs():
-    result = run_fuzz(seed=20261129, count=2000)
+    result = run_fuzz(seed=20261129, count=2000, budget_s=HANG_BUDGET_S)
     assert result.inputs == 2000
     assert result.crashes == [], result.crashes[:3]
     assert result.parsed > 0 and result.rejected > 0  # both outcomes are exercised
@@ -21,7 +22,7 @@ def test_fuzz_2000_inputs():
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_regression_corpus(path):
-    status, detail = check_one(path.read_text())
+    status, detail = check_one(path.read_text(), HANG_BUDGET_S)
     assert status == "rejected", detail
     assert detail.startswith("fuzz.dsir:")
 
@@ -29,5 +30,5 @@ def test_regression_corpus(path):
 @settings(max_examples=300)
 @given(graphs(), st.randoms(use_true_random=False))
 def test_mutated_generated_graphs(g, rng):
-    status, detail = check_one(mutate(print_graph(g), rng))
+    status, detail = check_one(mutate(print_graph(g), rng), HANG_BUDGET_S)
     assert status != "crash", detail
