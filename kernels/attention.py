@@ -95,22 +95,26 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 # Source generators for the lowering (see kernels/_pypto.py), mirroring the references above.
 # * swa_cache_insert_valid_bias: the row insert is a `pypto.loop` over tokens that reads the slot as a
 #   runtime scalar (`slot_mapping[t]`, GetTensorData) and assembles the kv row at [slot, 0] only
-#   `if slot >= 0`: −1 is skipped and later tokens win on duplicate slots (iterations in token order), as the
-#   reference. `scatter_update` is not used: with −1 slots it writes row −1 (the last row) and, on CPU,
-#   corrupts other rows too. The kernel writes only the inserted rows of `kv_cache` (the caller passes the
-#   same buffer as `kv_cache_in`). The bias is where(col < lens, 0, −1e20) with col = arange(window).
+#   `if slot >= 0`: −1 is skipped and, iterations running in token order, the later token wins a duplicate
+#   slot, as in the reference (verified on CPU; on the NPU the order of two iterations that hit the same row
+#   through data-dependent offsets is the runtime's, which CPU cannot check). `scatter_update` is not used:
+#   with a −1 slot it writes row −1 (the last row) and, on CPU, also corrupts other rows. The kernel writes
+#   only the inserted rows of `kv_cache` (the caller passes the same buffer as `kv_cache_in`). The bias is
+#   where(col < lens, 0, −1e20) with col = arange(window).
 # * swa_gather_kv: index_select of the clamped index max(idx, 0), then where(idx ≥ 0, row, 0). The
 #   index_select tile covers the block's whole [rows, window] index (only head_dim is split): with an
 #   in-kernel computed index, pypto 0.2.0's InferParamIndex pass mis-assigns index tiles otherwise
-#   (pass-verify FAILS whenever a tile splits the index dims).
+#   (pass-verify FAILS whenever a tile splits the index dims; the tensor graph itself computes right).
 # * qk_pv: batched cube matmuls per token block (q·Kᵀ, then bf16(p)·K), the reference's mask/exp/merge
 #   order, l in numpy's pairwise order. The matmuls accumulate in f32 where the reference rounds an f64
-#   sum once, so s, m, l, o agree to f32 rounding (not bitwise).
+#   sum once, so s, m, l, o agree to f32 rounding (not bitwise). A batched matmul's result keeps the full
+#   block as its valid shape, so it is re-viewed to the partial block's rows.
 # * merge_norm: o / (l + exp(sink − m)) in f32, inverse RoPE (kernels.qkv helpers), one bf16 rounding,
-#   heads packed group-major with one assemble per group.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile, py_list, vec_tile  # noqa: E402
-from .qkv import (_PtoBlock, _pto_lead_tile, _pto_pairwise_sum, _pto_rope, _pto_set_tile,  # noqa: E402
-                  _pto_rows_for)
+#   heads packed group-major with one assemble per group. Bitwise the reference's on CPU except where the
+#   calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile  # noqa: E402
+from .qkv import (_PtoBlock, _pto_fusible, _pto_lead_tile, _pto_pairwise_sum, _pto_rope,  # noqa: E402
+                  _pto_rows_whole_tile, _pto_scope, _pto_set_tile, _pto_vec_tile)
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -132,11 +136,13 @@ def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
     blk = _PtoBlock(loop, lens)
     br = blk.rows
     with loop.loop():
+        _pto_scope(src, 1)  # one subgraph per row block (the bias is small)
         _pto_set_tile(src, [br, max(window, 8)])
         src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
         src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
         src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
         loop.store("b", bias)
+        _pto_scope(src, -1)
     return src.text()
 
 
@@ -146,7 +152,7 @@ def pypto_swa_gather_kv(spec: KernelSpec) -> str:
     _, window = idx.shape
     d = cache.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, idx, max(1, min(8, 4096 // (window * d) or 1)))
+    loop = RowLoop(src, idx, max(1, min(8, 4096 // (window * d))))
     blk = _PtoBlock(loop, idx)
     br = blk.rows
     d_tile = d
@@ -172,12 +178,12 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
     k_tile = int(spec.attrs.get("k_tile") or window)
     scale = float(spec.attrs["scale"])
     src = Src(spec.signature())
-    per_token = heads * window * 4 * 4 + heads * hd * 4 * 3 + window * hd * 2
-    loop = RowLoop(src, q, max(1, min(8, (256 * 1024) // per_token)))
+    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, k_tile)))
     blk = _PtoBlock(loop, q)
     br = blk.rows
-    s_tile = vec_tile((br, heads, k_tile), 4)
-    o_tile = vec_tile((br, heads, hd), 4)
+    fuse_s, fuse_o = _pto_fusible(br * heads * k_tile), _pto_fusible(br * heads * hd)
+    s_tile = _pto_vec_tile((br, heads, k_tile), 4)
+    o_tile = _pto_vec_tile((br, heads, hd), 4)
     with loop.loop():
         _pto_set_tile(src, [br, window])
         src(f"vf = pypto.where(pypto.ge({cast_expr(loop.view(idx), idx.dtype, 'f32')}, 0.0), {loop.view(bias)}, -1.0)")
@@ -192,20 +198,27 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
             src(f"k3 = {view}")
             src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(k_tile, 64)})")
             src("s = pypto.matmul(q3, k3, pypto.DT_FP32, b_trans=True)")
+            if blk.partial:  # a batched matmul's result keeps the full block as its valid shape
+                src(f"s = {blk.sub('s', [br, heads], [0, 0, 0], k_tile)}")
             _pto_set_tile(src, s_tile)
+            _pto_scope(src, 2 * i + 1, fuse_s)  # the softmax chain between the two matmuls
             src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG_INF_ATTN!r})")
             src("mi = pypto.amax(s, -1, keepdim=True)")
             src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-            _pto_pairwise_sum(blk, "p", [br, heads], k_tile, "li", s_tile)
+            _pto_pairwise_sum(blk, "p", [br, heads], k_tile, "li", s_tile, side_by_side=fuse_s)
             src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+            _pto_scope(src, -1, fuse_s)
             src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(k_tile, 128)}, {cube_tile(hd, 128)})")
             src("oi = pypto.matmul(pb, k3, pypto.DT_FP32)")
+            if blk.partial:
+                src(f"oi = {blk.sub('oi', [br, heads], [0, 0, 0], hd)}")
             if i == 0:
                 src("m_acc = mi")
                 src("l_acc = li")
                 src("o_acc = oi")
                 continue
             _pto_set_tile(src, _pto_lead_tile([br, heads]) + [8])
+            _pto_scope(src, 2 * i + 2, fuse_o)  # the running merge
             src("big = pypto.maximum(m_acc, mi)")
             src("ea = pypto.exp(pypto.sub(m_acc, big))")
             src("eb = pypto.exp(pypto.sub(mi, big))")
@@ -213,6 +226,7 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
             src("m_acc = big")
             _pto_set_tile(src, o_tile)
             src("o_acc = pypto.add(pypto.mul(ea, o_acc), pypto.mul(eb, oi))")
+            _pto_scope(src, -1, fuse_o)
         _pto_set_tile(src, [br, max(heads, 8)])
         src(f"m2 = {blk.reshape('m_acc', [br, heads])}")
         loop.store("m2", m_out)
@@ -232,11 +246,13 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
     rd = cos_il.shape[1]
     nope = hd - rd
     src = Src(spec.signature())
-    loop = RowLoop(src, o, max(1, min(8, (128 * 1024) // (heads * hd * 4))))
+    loop = RowLoop(src, o, _pto_rows_whole_tile(heads * hd))
     blk = _PtoBlock(loop, o)
     br = blk.rows
-    o_tile = vec_tile((br, heads, hd), 4)
+    fuse = _pto_fusible(br * heads * hd)
+    o_tile = _pto_vec_tile((br, heads, hd), 4)
     with loop.loop():
+        _pto_scope(src, 1, fuse)  # one subgraph per row block when small
         _pto_set_tile(src, [br, max(heads, 8)])
         src(f"den = pypto.add({loop.view(l)}, pypto.exp(pypto.sub(pypto.reshape({sink.name}, [1, {heads}]), "
             f"{loop.view(m)})))")
@@ -250,16 +266,17 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
         else:
             src("yr = ro")
         src(f"yb = {cast_expr('yr', 'f32', out.dtype)}")
-        _pto_set_tile(src, vec_tile((br, hg, hd), 2))
+        _pto_set_tile(src, _pto_vec_tile((br, hg, hd), 2))
         for g in range(groups):
             src(f"hgv = pypto.clone({blk.sub('yb', [br, hg], [0, g * hg, 0], hd)})")
-            _pto_set_tile(src, vec_tile((br, hg * hd), 2))
+            _pto_set_tile(src, _pto_vec_tile((br, hg * hd), 2))
             src(f"pk = {blk.reshape('hgv', [br, hg * hd])}")
-            _pto_set_tile(src, [1] + vec_tile((br, hg * hd), 2))
+            _pto_set_tile(src, [1] + _pto_vec_tile((br, hg * hd), 2))
             valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
             src(f"pk3 = pypto.reshape(pk, [1, {br}, {hg * hd}]{valid3})")
             src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
-            _pto_set_tile(src, vec_tile((br, hg, hd), 2))
+            _pto_set_tile(src, _pto_vec_tile((br, hg, hd), 2))
+        _pto_scope(src, -1, fuse)
     return src.text()
 
 
@@ -267,3 +284,42 @@ PYPTO_TEMPLATES = {
     "swa_cache_insert_valid_bias": pypto_swa_cache_insert_valid_bias, "swa_gather_kv": pypto_swa_gather_kv,
     "qk_pv": pypto_qk_pv, "merge_norm": pypto_merge_norm,
 }
+
+
+# The two halves of the fused task, produced by the split-writeback-bias pass: the same code as the fused
+# template's insert loop and bias blocks (bitwise the same as the fused op's, which its tests check).
+def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
+    kv, _cache_in, slots = spec.operands
+    (cache,) = spec.results
+    d = kv.shape[1]
+    src = Src(spec.signature())
+    n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
+    src(f"tokens = {n}")
+    _pto_set_tile(src, [1, d])
+    with src.block('for t in pypto.loop(0, tokens, 1, name="writeback_loop", idx_name="t"):'):
+        src(f"slot = {slots.name}[t]")
+        with src.block("if slot >= 0:"):
+            src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+    return src.text()
+
+
+def pypto_swa_valid_bias(spec: KernelSpec) -> str:
+    (lens,) = spec.operands
+    (bias,) = spec.results
+    window = int(spec.attrs["window"])
+    src = Src(spec.signature())
+    loop = RowLoop(src, lens, 32)
+    blk = _PtoBlock(loop, lens)
+    br = blk.rows
+    with loop.loop():
+        _pto_scope(src, 1)
+        _pto_set_tile(src, [br, max(window, 8)])
+        src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
+        src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
+        src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
+        loop.store("b", bias)
+        _pto_scope(src, -1)
+    return src.text()
+
+
+PYPTO_TEMPLATES.update({"swa_cache_writeback": pypto_swa_cache_writeback, "swa_valid_bias": pypto_swa_valid_bias})

@@ -200,3 +200,371 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
         cache[row] = k_i8[b]
         scale[row] = k_s[b, 0]
     return cache, scale
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above. The data-dependent
+# parts (positions, ring tables, slot mappings) use one pypto 0.2.0 idiom, verified on CPU (full mode, pass-verify
+# clean): int32 inputs are read as runtime scalars (`positions[t]`, `table[b, i]`: GetTensorData), scalar
+# arithmetic (+ − * // % == < >= pypto.min/max) gives row offsets for `pypto.view` / `pypto.assemble`, and a
+# `pypto.loop` body writes a row only `if <scalar> >= 0` (slot −1 / unmapped page skipped; iterations in token
+# order, so later tokens win). A scalar becomes a tensor (for masks) as a view of a local f32 ramp arange(n) at
+# that offset: `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0).
+# Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
+# import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
+# data movement).
+import math  # noqa: E402
+
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
+from .qkv import _PtoBlock, _pto_inv_rms, _pto_rope, _pto_scope, _pto_set_tile  # noqa: E402
+
+_PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
+_PTO_FLOOR_OFF = 1 << 24           # shift that turns C-style // into floor division for positions ≥ −2^24
+
+
+def _pto_tile(src: Src, shape, itemsize: int = 4) -> list[int]:
+    """Set (and return) a vector tile for a tensor of `shape` (32-byte last dim, ~16 KiB)."""
+    tile = vec_tile(tuple(int(s) for s in shape), itemsize)
+    _pto_set_tile(src, tile)
+    return tile
+
+
+def _pto_ramp(src: Src, n: int, name: str = "ramp") -> None:
+    """`name` = f32 [n] holding 0 … n−1 (1-D: a reshaped arange trips InferParamIndex's pass-verify)."""
+    _pto_set_tile(src, [max(8, min(n, 4096))])
+    src(f"{name} = pypto.cast(pypto.arange({n}), pypto.DT_FP32)")
+
+
+def _pto_row_of(src: Src, ramp: str, value: str, name: str, width: int) -> None:
+    """`name` = f32 [1, width] filled with the runtime scalar `value` (0 ≤ value < len(ramp)): the ramp's element at
+    that offset, broadcast along the row. Leaves a [1, width] tile set."""
+    _pto_set_tile(src, [8])
+    src(f"{name}_s = pypto.view({ramp}, [1], [{value}])")
+    _pto_set_tile(src, vec_tile((1, width), 4))
+    src(f"{name} = pypto.add(pypto.full([1, {width}], 0.0, pypto.DT_FP32), pypto.reshape({name}_s, [1, 1]))")
+
+
+def _pto_cols_of(src: Src, ramp: str, start: str, width: int, name: str) -> None:
+    """`name` = f32 [1, width] holding start … start+width−1 (a view of the ramp). Leaves a [1, width] tile set."""
+    _pto_set_tile(src, [max(8, min(width, 4096))])
+    src(f"{name}_s = pypto.view({ramp}, [{width}], [{start}])")
+    _pto_set_tile(src, vec_tile((1, width), 4))
+    src(f"{name} = pypto.reshape({name}_s, [1, {width}])")
+
+
+def _pto_floordiv(value: str, d: int) -> str:
+    """floor(value / d) for a scalar value ≥ −2^24 (SymbolicScalar // truncates towards zero)."""
+    off = -(-_PTO_FLOOR_OFF // d) * d
+    return f"(({value}) + {off}) // {d} - {off // d}"
+
+
+def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag: str = "") -> tuple[str, str, str]:
+    """Emit request b's pooling token like `pool_token`: the first of its seq tokens with (pos+1) % r == 0.
+    Returns the scalar names (has: 0/1, tsel: its token index (clamped to the request), psel: its position)."""
+    keys = []
+    for i in range(seq):
+        src(f"pk{tag}{i} = {i} + (1 - (({positions}[{b} * {seq} + {i}] + 1) % {ratio} == 0)) * {seq}")
+        keys.append(f"pk{tag}{i}")
+    sel = keys[0]
+    for k in keys[1:]:
+        sel = f"pypto.min({sel}, {k})"
+    src(f"sel{tag} = {sel}")
+    src(f"has{tag} = sel{tag} < {seq}")
+    src(f"tsel{tag} = {b} * {seq} + pypto.min(sel{tag}, {seq - 1})")
+    src(f"psel{tag} = {positions}[tsel{tag}]")
+    return f"has{tag}", f"tsel{tag}", f"psel{tag}"
+
+
+def pypto_rope_swap_idx(spec: KernelSpec) -> str:
+    """j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) on an f32 arange (exact), cast to i32."""
+    out = spec.results[0]
+    rd = out.shape[0]
+    src = Src(spec.signature())
+    _pto_set_tile(src, [max(rd, 8)] if rd <= 4096 else [4096])
+    src(f"j = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
+    src("odd = pypto.sub(j, pypto.mul(pypto.floor(pypto.mul(j, 0.5)), 2.0))")
+    src("y = pypto.sub(pypto.add(j, 1.0), pypto.mul(odd, 2.0))")
+    src(f"pypto.assemble({cast_expr('y', 'f32', 'i32')}, [0], {out.name})")
+    return src.text()
+
+
+def pypto_rope_interleave(spec: KernelSpec) -> str:
+    """cos_il = [c | c], sin_signed = [−s | s] interleaved by reshape [rows, 2, half] → transpose → [rows, rd]
+    (pure data movement and a negation: exact)."""
+    spec = spec.static()
+    cos, sin = spec.operands
+    cos_il, sin_signed = spec.results
+    rows, half = cos.shape
+    rd = 2 * half
+    src = Src(spec.signature())
+    _pto_set_tile(src, vec_tile((rows, rd), 4))
+    src(f"cf = {cast_expr(cos.name, cos.dtype, 'f32')}")
+    src(f"sf = {cast_expr(sin.name, sin.dtype, 'f32')}")
+    src("cc = pypto.concat([cf, cf], -1)")
+    src("ss = pypto.concat([pypto.neg(sf), sf], -1)")
+    for name, target in (("cc", cos_il), ("ss", sin_signed)):
+        _pto_set_tile(src, [rows, 2, half])
+        src(f"{name}3 = pypto.reshape({name}, [{rows}, 2, {half}])")
+        _pto_set_tile(src, [rows, half, 2])
+        src(f"{name}t = pypto.transpose({name}3, 1, 2)")
+        _pto_set_tile(src, vec_tile((rows, rd), 4))
+        src(f"{name}i = pypto.reshape({name}t, [{rows}, {rd}])")
+        src(f"{name}o = {cast_expr(name + 'i', 'f32', target.dtype)}")
+        src(f"pypto.assemble({name}o, [0, 0], {target.name})")
+    return src.text()
+
+
+def pypto_rope_gather_rows(spec: KernelSpec) -> str:
+    """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r)), rows [1, half] of both tables at p."""
+    cos_t, sin_t, pos = spec.operands
+    cos, sin = spec.results
+    batch, half = cos.shape
+    seq, ratio = int(spec.attrs["seq"]), int(spec.attrs.get("ratio", 1))
+    src = Src(spec.signature())
+    _pto_set_tile(src, vec_tile((1, half), cos.itemsize))
+    with src.block(f'for b in pypto.loop(0, {batch}, 1, name="req_loop", idx_name="b"):'):
+        src(f"p = {pos.name}[b * {seq}]")
+        if spec.attrs["at"] == "boundary" and ratio > 1:
+            src(f"p = {ratio} * ({_pto_floordiv('p', ratio)})")
+        for table, out in ((cos_t, cos), (sin_t, sin)):
+            row = cast_expr(f"pypto.view({table.name}, [1, {half}], [p, 0])", table.dtype, out.dtype)
+            src(f"pypto.assemble({row if row.startswith('pypto.cast') else f'pypto.clone({row})'}, [b, 0], "
+                f"{out.name})")
+    return src.text()
+
+
+def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
+    """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation), row block by row block."""
+    x, wkv, wgate = spec.operands
+    kv, score = spec.results
+    width, out_dim = x.shape[1], wkv.shape[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, 64 if x.is_dynamic(0) or x.shape[0] > 64 else x.shape[0])
+    br = loop.shape(x)[0]
+    with loop.loop():
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, width, out_dim, x.dtype)})")
+        src(f"xa = {loop.view(x)}")
+        src(f"kvb = pypto.matmul(xa, {wkv.name}, pypto.DT_FP32, b_trans=True)")
+        src(f"scb = pypto.matmul(xa, {wgate.name}, pypto.DT_FP32, b_trans=True)")
+        _pto_tile(src, (br, out_dim))
+        loop.store("kvb", kv)
+        loop.store("scb", score)
+    return src.text()
+
+
+def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
+    """Scatter: for t in token order, row = ring_row(table[t // seq], pos[t]) and, if mapped, state[row] =
+    [kv[t] | score[t] + ape[pos % r]] (assembled into the state output). Pool: per request, the pooling token's
+    window read back from the written state in segments of g = gcd(r, BS) rows (each inside one page); a missing
+    segment (pos < 0, unmapped page) reads kv 0 / score FP32_NEG_INF through a where on a ramp mask; then the
+    softmax over the rows per channel and Σ kv·w, both row sums one row after the other like numpy's axis-0 sum
+    (f32, bitwise up to the calculator's exp), 0 without an entry."""
+    kv, sc, ape, _state_in, table, pos = spec.operands
+    state, pooled = spec.results
+    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
+    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+    out_dim = kv.shape[1]
+    batch, pages = table.shape
+    rows = (2 if overlap else 1) * ratio
+    seg = math.gcd(ratio, bs)
+    src = Src(spec.signature())
+    # scatter every token's state row
+    src(f"tokens = {pos.name}.shape[0]" if pos.is_dynamic(0) else f"tokens = {pos.shape[0]}")
+    _pto_tile(src, (1, out_dim))
+    with src.block('for t in pypto.loop(0, tokens, 1, name="scatter_loop", idx_name="t"):'):
+        src(f"p = {pos.name}[t]")
+        src("pc = pypto.max(p, 0)")
+        src(f"pg = {table.name}[t // {seq}, (pc // {bs}) % {pages}]")
+        with src.block("if pypto.min(pg, p) >= 0:"):
+            src(f"row = pg * {bs} + pc % {bs}")
+            src(f"kvr = pypto.clone(pypto.view({kv.name}, [1, {out_dim}], [t, 0]))")
+            src(f"pypto.assemble(kvr, [row, 0], {state.name})")
+            src(f"scr = pypto.add(pypto.view({sc.name}, [1, {out_dim}], [t, 0]), "
+                f"pypto.view({ape.name}, [1, {out_dim}], [pc % {ratio}, 0]))")
+            src(f"pypto.assemble(scr, [row, {out_dim}], {state.name})")
+    # pool each request's entry from the written state
+    _pto_ramp(src, 8)
+    seg_tile = vec_tile((seg, hd), 4)
+    win_tile = [rows, max(8, min(hd, 4096 // rows))]
+    with src.block(f'for b in pypto.loop(0, {batch}, 1, name="pool_loop", idx_name="b"):'):
+        _pto_scope(src, 1)  # the whole pooling chain of a request: one fused vector subgraph
+        has, _tsel, psel = _pto_pool_token(src, pos.name, "b", seq, ratio)
+        src(f"j = {_pto_floordiv(psel, ratio)}")
+        kvs, scs = [], []
+        for i in range(rows // seg):
+            front = overlap and i * seg < ratio
+            kv_col = hd if overlap and not front else 0
+            start = f"{ratio} * j - {ratio if overlap else 0} + {i * seg}"
+            src(f"s{i} = {start}")
+            src(f"c{i} = pypto.max(s{i}, 0)")
+            src(f"g{i} = {table.name}[b, (c{i} // {bs}) % {pages}]")
+            src(f"r{i} = pypto.max(g{i}, 0) * {bs} + c{i} % {bs}")
+            src(f"ok{i} = {has} * (s{i} >= 0) * (g{i} >= 0)")
+            _pto_row_of(src, "ramp", f"ok{i}", f"o{i}", hd)
+            _pto_set_tile(src, seg_tile)
+            src(f"m{i} = pypto.ge(pypto.add(pypto.full([{seg}, {hd}], 0.0, pypto.DT_FP32), o{i}), 0.5)")
+            src(f"kv{i} = pypto.where(m{i}, pypto.view({state.name}, [{seg}, {hd}], [r{i}, {kv_col}]), 0.0)")
+            src(f"sc{i} = pypto.where(m{i}, pypto.view({state.name}, [{seg}, {hd}], [r{i}, {out_dim + kv_col}]), "
+                f"{_PTO_NEG!r})")
+            kvs.append(f"kv{i}")
+            scs.append(f"sc{i}")
+        _pto_set_tile(src, win_tile)
+        src(f"kw = {kvs[0] if len(kvs) == 1 else 'pypto.concat([' + ', '.join(kvs) + '], 0)'}")
+        src(f"sw = {scs[0] if len(scs) == 1 else 'pypto.concat([' + ', '.join(scs) + '], 0)'}")
+        src("mx = pypto.amax(sw, 0, keepdim=True)")
+        src("ex = pypto.exp(pypto.sub(sw, mx))")
+        _pto_row_sum(src, "ex", rows, hd, "den", win_tile)
+        src("kwm = pypto.mul(kw, pypto.div(ex, den))")
+        _pto_row_sum(src, "kwm", rows, hd, "pw", win_tile)
+        _pto_row_of(src, "ramp", has, "hr", hd)
+        src("hm = pypto.ge(hr, 0.5)")
+        src("pr = pypto.where(hm, pw, 0.0)")
+        src(f"pypto.assemble(pr, [b, 0], {pooled.name})")
+        _pto_scope(src, -1)
+    return src.text()
+
+
+def _pto_row_sum(src: Src, x: str, rows: int, width: int, out: str, restore) -> None:
+    """`out` [1, width] = Σ over the rows of x [rows, width] one row after the other: numpy's order for an axis-0
+    sum of a C-contiguous array (bitwise)."""
+    _pto_set_tile(src, vec_tile((1, width), 4))
+    src(f"{out} = pypto.view({x}, [1, {width}], [0, 0])")
+    for i in range(1, rows):
+        src(f"{out} = pypto.add({out}, pypto.view({x}, [1, {width}], [{i}, 0]))")
+    _pto_set_tile(src, restore)
+
+
+def _pto_finish_y(src: Src, spec: KernelSpec, loop: RowLoop, blk: _PtoBlock) -> str:
+    """Emit y = rope((pooled · inv) · norm_w) for the block (f32 [br, HD]) as `y`; returns the wide tile."""
+    pooled, norm_w, cos_il, sin_signed = spec.operands[:4]
+    br, hd = blk.rows, pooled.shape[1]
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    eps = float(spec.attrs.get("eps", 1e-6))
+    wide = vec_tile((br, hd), 4)
+    _pto_set_tile(src, wide)
+    src(f"x = {loop.view(pooled)}")
+    _pto_inv_rms(blk, "x", [br], hd, eps, "inv", wide)
+    src(f"wn = {cast_expr(f'pypto.reshape({norm_w.name}, [1, {hd}])', norm_w.dtype, 'f32')}")
+    src("yn = pypto.mul(pypto.mul(x, inv), wn)")
+    src(f"rp = {blk.sub('yn', [br], [0, nope], rd)}")
+    _pto_rope(blk, "rp", [br], rd, cos_il, sin_signed, "ro", wide)
+    if nope:
+        src(f"y = pypto.concat([{blk.sub('yn', [br], [0, 0], nope)}, ro], -1)")
+    else:
+        src("y = ro")
+    return wide
+
+
+def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
+    """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise)."""
+    pooled = spec.operands[0]
+    out = spec.results[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, pooled, row_block(spec, default=16))
+    blk = _PtoBlock(loop, pooled)
+    with loop.loop():
+        _pto_scope(src, 1)  # the norm + RoPE chain of tiny ops as one fused vector subgraph (76 k → 41 k cycles)
+        _pto_finish_y(src, spec, loop, blk)
+        loop.store("y", out)
+        _pto_scope(src, -1)
+    return src.text()
+
+
+def _pto_store_rows(src: Src, spec: KernelSpec, blk: _PtoBlock, positions, slots, stores) -> None:
+    """For every request row of the block: if it pooled an entry (first (pos+1) % r == 0 token) whose slot is
+    mapped, `stores(row_index, slot)` emits the row writes (inside the `if`)."""
+    seq, ratio = int(spec.attrs["seq"]), int(spec.attrs["ratio"])
+    n = "valid" if blk.partial else str(blk.rows)
+    with src.block(f'for i in pypto.loop(0, {n}, 1, name="store_loop", idx_name="i"):'):
+        src(f"b = {blk.r0} + i")
+        has, tsel, _psel = _pto_pool_token(src, positions.name, "b", seq, ratio)
+        src(f"slot = {slots.name}[{tsel}]")
+        with src.block(f"if pypto.min({has} - 1, slot) >= 0:"):
+            stores("i", "slot")
+
+
+def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
+    """y as cmp_rmsnorm_rope, rounded to the cache dtype, then per request: row b stored at
+    slot_mapping[pooling token] when the request pooled an entry and the slot is mapped."""
+    pooled, _w, _c, _s, _cache_in, slots, pos = spec.operands
+    cache = spec.results[0]
+    hd = pooled.shape[1]
+    src = Src(spec.signature())
+    loop = RowLoop(src, pooled, row_block(spec, default=16))
+    blk = _PtoBlock(loop, pooled)
+    with loop.loop():
+        _pto_scope(src, 1)
+        wide = _pto_finish_y(src, spec, loop, blk)
+        src(f"yb = {cast_expr('y', 'f32', cache.dtype)}")
+        _pto_scope(src, -1)
+        _pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
+
+        def store(i, slot):
+            src(f"pypto.assemble(pypto.clone(pypto.view(yb, [1, {hd}], [{i}, 0])), [{slot}, 0], {cache.name})")
+
+        _pto_store_rows(src, spec, blk, pos, slots, store)
+        _pto_set_tile(src, wide)
+    return src.text()
+
+
+def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
+    """k = rb(rb(y) @ H): y rounded to bf16, cube matmul with f32 accumulation, rounded to bf16."""
+    y, had = spec.operands
+    out = spec.results[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, y, row_block(spec, default=16))
+    br, ihd = loop.shape(y)
+    n = had.shape[1]
+    with loop.loop():
+        _pto_tile(src, (br, ihd))
+        src(f"yb = {cast_expr(loop.view(y), y.dtype, 'bf16')}")
+        mm_dtype = "bf16"
+        if had.dtype != "bf16":  # f32/fp16 Hadamard: the rounded y goes back to f32 (exact) for an f32 matmul
+            src(f"yb = {cast_expr('yb', 'bf16', 'f32')}")
+            src(f"hm = {cast_expr(had.name, had.dtype, 'f32')}")
+            mm_dtype = "f32"
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, ihd, n, mm_dtype)})")
+        src(f"kk = pypto.matmul(yb, {had.name if mm_dtype == 'bf16' else 'hm'}, pypto.DT_FP32)")
+        _pto_tile(src, (br, n))
+        src(f"ko = {cast_expr('kk', 'f32', out.dtype)}")
+        loop.store("ko", out)
+    return src.text()
+
+
+def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
+    """q8 of every row of k (amax, k = 127/amax true division, rint through int32 → fp16 → int8, scale 1/k), then
+    per request the int8 row and its scale stored at slot_mapping[pooling token] (skipped like the reference)."""
+    k, _cache_in, _scale_in, slots, pos = spec.operands
+    cache, scale = spec.results
+    src = Src(spec.signature())
+    loop = RowLoop(src, k, row_block(spec, default=16))
+    blk = _PtoBlock(loop, k)
+    br, ihd = blk.rows, k.shape[1]
+    with loop.loop():
+        wide = _pto_tile(src, (br, ihd))
+        src(f"kf = {cast_expr(loop.view(k), k.dtype, 'f32')}")
+        src("amax = pypto.maximum(pypto.amax(pypto.abs(kf), -1, keepdim=True), 0.0001)")
+        _pto_set_tile(src, [br, 8])
+        src(f"kq = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32{blk.valid(1)}), amax)")
+        src(f"ks = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32{blk.valid(1)}), kq)")
+        _pto_set_tile(src, wide)
+        src(f"qv = {cast_expr('pypto.mul(kf, kq)', 'f32', 'i8')}")
+        _pto_set_tile(src, vec_tile((1, ihd), 1))
+
+        def store(i, slot):
+            src(f"pypto.assemble(pypto.clone(pypto.view(qv, [1, {ihd}], [{i}, 0])), [{slot}, 0], {cache.name})")
+            src(f"sv = pypto.reshape(pypto.clone(pypto.view(ks, [1, 1], [{i}, 0])), [1])")
+            src(f"pypto.assemble(sv, [{slot}], {scale.name})")
+
+        _pto_store_rows(src, spec, blk, pos, slots, store)
+    return src.text()
+
+
+PYPTO_TEMPLATES = {
+    "rope_swap_idx": pypto_rope_swap_idx, "rope_interleave": pypto_rope_interleave,
+    "rope_gather_rows": pypto_rope_gather_rows, "cmp_kv_score_proj": pypto_cmp_kv_score_proj,
+    "cmp_scatter_softmax_pool": pypto_cmp_scatter_softmax_pool, "cmp_rmsnorm_rope": pypto_cmp_rmsnorm_rope,
+    "cmp_rmsnorm_rope_cache_write": pypto_cmp_rmsnorm_rope_cache_write, "cmp_kv_hadamard": pypto_cmp_kv_hadamard,
+    "idx_kv_cache_write": pypto_idx_kv_cache_write,
+}

@@ -189,3 +189,460 @@ def shared_routed(sh, routed_y, **_):
     for k in range(routed.shape[1]):
         acc = acc + routed[:, k]
     return to_bf16(acc)
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
+# * ffn_norm: the row sum of squares in numpy's pairwise order (kernels.qkv helper), /D, 1/sqrt; xg = x·w;
+#   q8 as goldens.numerics.q8 (true divisions 127/amax and 1/k). Bitwise, except that the CPU calculator's f32
+#   sqrt (torch's) is 1 ulp off the correctly rounded root on ~0.6 % of arguments: inv_rms / x_scale ≤ 2 ulps.
+# * x_norm_quant: rint(xg·q_scale) through the documented f32 → i32 (rint) → f16 → i8 casts — bitwise.
+# * gate: one f32 cube matmul xg·gate_wᵀ, then inv_rms·z and the stable sqrt(softplus). The reference rounds
+#   the exact (f64) dot product once; the cube accumulates in f32, so scores agree to f32 summation rounding.
+# * route_hash / route_sort: the expert ids come from `index_select(tid2eid, 0, input_ids)` (an input index)
+#   or from K rounds of "row max → lowest expert id holding it (amin over where(x == max, arange, big)) →
+#   mask it": exactly the stable top-k with ties → lower id, no topk/BITSORT (whose tie order differs).
+#   (A chosen expert is masked with the f32 lowest value, so a biased score of exactly −FLT_MAX, or a NaN
+#   score, would not be ordered like np.argsort; scores are sqrt(softplus) ≥ 0 and the bias is finite.)
+#   The chosen scores are Σ where(arange == id, scores, 0) (one non-zero term: exact), the denominator the
+#   K-term sum in numpy's sequential order (K < 8) — bitwise.
+# * expert_shared / expert_routed: exact int8·int8 → int32 cube matmuls, then the reference's f32 chain
+#   (acc·x_scale·s, limits, g·(1/(exp(−g)+1))·u, q8, acc·row_scale·s2, bf16). Routed experts loop over the
+#   local experts and over row blocks of the first recv_count[e] rows only (a runtime loop bound read from
+#   recv_count with GetTensorData); rows ≥ recv_count[e] are written with zeros. Only exp can differ from
+#   numpy (≤ 1 ulp), which can move an int8 code by one at a rounding tie of the A8 requant.
+# * dispatch_gather: per local expert, per source rank (ascending), the recv_meta[src, e] lanes are copied
+#   (runtime loop bound, runtime destination offset = running sum) and the rest zero-filled — bitwise.
+# * shared_routed: sh + routed_y[t·K + k] for k ascending in f32, one bf16 rounding — bitwise.
+# * Small row blocks run their vector chain as one forced subgraph (sg_set_scope, kernels.qkv's rule): tiny
+#   ffn_norm 45 k → 27 k cycles, route_sort 32 k → 10 k, route_hash 30 k → 18 k, shared_routed 27 k → 10 k;
+#   not the experts' chains (fusing them cost cycles).
+# * PYPTO_TEMPLATES_EP1: dispatch_meta and combine at one rank (no peer: every route local, notify/wait no-ops),
+#   outside PYPTO_TEMPLATES because the lowering runs collective tasks on numpy.
+# pypto 0.2.0 on CPU: a broadcasting binary op must take the broadcast ([rows, 1] / [1, n]) operand
+# *second*: `mul(col, mat)` is misread by the tensor-graph interpreter (wrong values), `mul(mat, col)` is
+# right (IEEE products commute, so the order costs nothing).
+# Unsupported: see PYPTO_UNSUPPORTED below.
+from ._pypto import (KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block,  # noqa: E402
+                     vec_tile)
+from .qkv import _PtoBlock, _pto_fusible, _pto_pairwise_sum, _pto_scope, _pto_set_tile  # noqa: E402
+
+_PTO_BIG_ID = 1.0e9            # "no expert" in the lowest-id search (above any expert id)
+_PTO_TAKEN = -3.4028234663852886e38  # a chosen expert's biased score (f32 lowest) in route_sort
+_PTO_AMAX_EPS = 1e-4           # goldens.numerics INT8_AMAX_EPS
+
+
+def _pto_full(blk: _PtoBlock, var: str, shape, value: float) -> None:
+    """`var` = an f32 block-local constant [rows, *shape[1:]] (valid rows only when the block is partial)."""
+    blk.src(f"{var} = pypto.full({py_list(shape)}, {value!r}, pypto.DT_FP32{blk.valid(*shape[1:])})")
+
+
+def _pto_q8(src: Src, valid, x: str, rows: int, out_i8: str | None, out_scale: str, one: str) -> None:
+    """goldens.numerics.q8 on the block's f32 rows `x`: amax = max(max|x|, 1e-4), k = 127/amax (a true
+    division), out_i8 = rint(x·k) (i8; skipped when None), out_scale = 1/k ([rows, 1]). `valid(*rest)` is the
+    valid_shape suffix of block-local tensors."""
+    src(f"c127 = pypto.full([{rows}, 1], 127.0, pypto.DT_FP32{valid(1)})")
+    src(f"am = pypto.maximum(pypto.amax(pypto.abs({x}), -1, keepdim=True), {_PTO_AMAX_EPS!r})")
+    src("kq = pypto.div(c127, am)")
+    if out_i8 is not None:
+        src(f"{out_i8} = {cast_expr(f'pypto.mul({x}, kq)', 'f32', 'i8')}")
+    src(f"{out_scale} = pypto.div({one}, kq)")
+
+
+def pypto_ffn_norm(spec: KernelSpec) -> str:
+    x, w = spec.operands
+    xg, inv_rms, x_scale, q_scale = spec.results
+    d = x.shape[1]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, row_block(spec, default=8))
+    blk = _PtoBlock(loop, x)
+    br = blk.rows
+    wide = vec_tile((br, d), 4)
+    fuse = _pto_fusible(br * d)
+    with loop.loop():
+        _pto_scope(src, 1, fuse)  # the row block's vector chain as one subgraph when small
+        _pto_set_tile(src, wide)
+        src(f"xf = {cast_expr(loop.view(x), x.dtype, 'f32')}")
+        src(f"wf = {cast_expr(f'pypto.reshape({w.name}, [1, {d}])', w.dtype, 'f32')}")
+        src("sq = pypto.mul(xf, xf)")
+        _pto_pairwise_sum(blk, "sq", [br], d, "ss", wide)
+        _pto_full(blk, "one", [br, 1], 1.0)
+        src(f"inv = pypto.div(one, pypto.sqrt(pypto.add(pypto.div(ss, {float(d)!r}), {eps!r})))")
+        src("xgv = pypto.mul(xf, wf)")
+        _pto_q8(src, blk.valid, "xgv", br, None, "sdq", "one")
+        src("xs = pypto.mul(sdq, inv)")
+        src("qs = pypto.div(one, sdq)")
+        loop.store("xgv", xg)
+        loop.store("inv", inv_rms)
+        loop.store("xs", x_scale)
+        loop.store("qs", q_scale)
+        _pto_scope(src, -1, fuse)
+    return src.text()
+
+
+def pypto_x_norm_quant(spec: KernelSpec) -> str:
+    xg, qs = spec.operands
+    out = spec.results[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, xg, row_block(spec, default=8))
+    with loop.loop():
+        _pto_set_tile(src, vec_tile(tuple(loop.shape(xg)), 4))
+        src(f"q = {cast_expr(f'pypto.mul({loop.view(xg)}, {loop.view(qs)})', 'f32', 'i8')}")
+        loop.store("q", out)
+    return src.text()
+
+
+def pypto_gate(spec: KernelSpec) -> str:
+    xg, inv, w = spec.operands
+    out = spec.results[0]
+    d = xg.shape[1]
+    e = w.shape[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, xg, row_block(spec, default=16))
+    br = loop.shape(xg)[0]
+    with loop.loop():
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, d, e, 'f32')})")
+        src(f"mm = pypto.matmul({loop.view(xg)}, {w.name}, pypto.DT_FP32, b_trans=True)")
+        _pto_set_tile(src, vec_tile((br, e), 4))
+        fuse = _pto_fusible(br * e)
+        _pto_scope(src, 1, fuse)  # the epilogue chain as one subgraph when small
+        src(f"z = pypto.mul(mm, {loop.view(inv)})")  # broadcast operand second (see the note above)
+        src("sc = pypto.sqrt(pypto.add(pypto.relu(z), pypto.log1p(pypto.exp(pypto.neg(pypto.abs(z))))))")
+        loop.store("sc", out)
+        _pto_scope(src, -1, fuse)
+    return src.text()
+
+
+def _pto_expert_ids(src: Src, e: int) -> None:
+    """`io` = [[0, 1, …, e−1]] (f32 [1, e])."""
+    _pto_set_tile(src, [max(e, 8)])
+    src(f"io1 = pypto.arange(0.0, {float(e)!r}, 1.0)")
+
+
+def _pto_route_weights(blk: _PtoBlock, scores: str, ids, weights, r0: str, scale: float) -> None:
+    """weights[:, k] = c_k / (c_0 + … + c_{K−1}) · scale with c_k = scores[t, ids_k[t]] (ids_k: f32 [rows, 1])."""
+    src = blk.src
+    for k, ident in enumerate(ids):
+        src(f"c{k} = pypto.sum(pypto.where(pypto.eq(io, {ident}), {scores}, 0.0), -1, keepdim=True)")
+    den = "c0"
+    for k in range(1, len(ids)):
+        den = f"pypto.add({den}, c{k})"
+    src(f"den = {den}")
+    for k in range(len(ids)):
+        src(f"pypto.assemble(pypto.mul(pypto.div(c{k}, den), {scale!r}), [{r0}, {k}], {weights.name})")
+
+
+def _pto_route_setup(spec: KernelSpec, scores, default_rows: int = 8):
+    src = Src(spec.signature())
+    loop = RowLoop(src, scores, row_block(spec, default=default_rows))
+    blk = _PtoBlock(loop, scores)
+    return src, loop, blk
+
+
+def pypto_route_hash(spec: KernelSpec) -> str:
+    scores, table, ids = spec.operands
+    indices, weights = spec.results
+    e = scores.shape[1]
+    k = table.shape[1]
+    scale = float(spec.attrs.get("routed_scale", 1.5))
+    src, loop, blk = _pto_route_setup(spec, scores)
+    br = blk.rows
+    fuse = _pto_fusible(br * e)
+    with loop.loop():
+        _pto_set_tile(src, [br, max(k, 8)])
+        src(f"idx = pypto.index_select({table.name}, 0, {loop.view(ids)})")
+        _pto_scope(src, 1, fuse)  # the weights chain as one subgraph when small
+        _pto_expert_ids(src, e)
+        _pto_set_tile(src, [br, max(e, 8)])
+        src(f"io = pypto.reshape(io1, [1, {e}])")
+        src(f"sc = {loop.view(scores)}")
+        src(f"idf = {cast_expr('idx', 'i32', 'f32')}")
+        cols = []
+        for j in range(k):
+            src(f"id{j} = {blk.sub('idf', [br], [0, j], 1)}")
+            cols.append(f"id{j}")
+        _pto_route_weights(blk, "sc", cols, weights, blk.r0, scale)
+        _pto_scope(src, -1, fuse)
+        loop.store("idx", indices)
+    return src.text()
+
+
+def pypto_route_sort(spec: KernelSpec) -> str:
+    scores, bias = spec.operands
+    indices, weights = spec.results
+    e = scores.shape[1]
+    k = int(spec.attrs["topk"])
+    scale = float(spec.attrs.get("routed_scale", 1.5))
+    src, loop, blk = _pto_route_setup(spec, scores)
+    br = blk.rows
+    fuse = _pto_fusible(br * e)
+    with loop.loop():
+        _pto_scope(src, 1, fuse)  # the K selection rounds and the weights as one subgraph when small
+        _pto_expert_ids(src, e)
+        _pto_set_tile(src, [br, max(e, 8)])
+        src(f"io = pypto.reshape(io1, [1, {e}])")
+        src(f"sc = {loop.view(scores)}")
+        src(f"work = pypto.add(sc, pypto.reshape({bias.name}, [1, {e}]))")
+        cols = []
+        for j in range(k):
+            src("mx = pypto.amax(work, -1, keepdim=True)")
+            src(f"id{j} = pypto.amin(pypto.where(pypto.eq(work, mx), io, {_PTO_BIG_ID!r}), -1, keepdim=True)")
+            if j + 1 < k:
+                src(f"work = pypto.where(pypto.eq(io, id{j}), {_PTO_TAKEN!r}, work)")
+            src(f"pypto.assemble({cast_expr(f'id{j}', 'f32', 'i32')}, [{blk.r0}, {j}], {indices.name})")
+            cols.append(f"id{j}")
+        _pto_route_weights(blk, "sc", cols, weights, blk.r0, scale)
+        _pto_scope(src, -1, fuse)
+    return src.text()
+
+
+def _pto_swiglu(src: Src, blk_valid, xv: str, xs: str, rw: str | None, w1: str, s1: str, w3: str, s3: str,
+                w2: str, s2: str, rows: int, inter: int, hidden: int, limit: float, y: str) -> None:
+    """The reference `swiglu_expert` on one row block: xv i8 [rows, D], xs/rw f32 [rows, 1], weights i8
+    [I, D] / [D, I], scales f32 [1, I] / [1, D]; leaves `y` bf16 [rows, D]. `blk_valid(*rest)` gives the
+    valid_shape suffix of block-local tensors."""
+    src(f"pypto.set_cube_tile_shapes({cube_shapes(rows, hidden, inter, 'i8')})")
+    src(f"ga = pypto.matmul({xv}, {w1}, pypto.DT_INT32, b_trans=True)")
+    src(f"ua = pypto.matmul({xv}, {w3}, pypto.DT_INT32, b_trans=True)")
+    _pto_set_tile(src, vec_tile((rows, inter), 4))
+    src(f"g = pypto.mul(pypto.mul(pypto.cast(ga, pypto.DT_FP32), {xs}), {s1})")
+    src(f"u = pypto.mul(pypto.mul(pypto.cast(ua, pypto.DT_FP32), {xs}), {s3})")
+    if limit > 0:
+        src(f"g = pypto.minimum(g, {limit!r})")
+        src(f"u = pypto.minimum(pypto.maximum(u, {-limit!r}), {limit!r})")
+    src("h = pypto.mul(pypto.mul(g, pypto.reciprocal(pypto.add(pypto.exp(pypto.neg(g)), 1.0))), u)")
+    src(f"one = pypto.full([{rows}, 1], 1.0, pypto.DT_FP32{blk_valid(1)})")
+    _pto_q8(src, blk_valid, "h", rows, "hq", "hs", "one")
+    src(f"rs = pypto.mul(hs, {rw})" if rw is not None else "rs = pypto.mul(hs, 1.0)")
+    src(f"pypto.set_cube_tile_shapes({cube_shapes(rows, inter, hidden, 'i8')})")
+    src(f"ya = pypto.matmul(hq, {w2}, pypto.DT_INT32, b_trans=True)")
+    _pto_set_tile(src, vec_tile((rows, hidden), 4))
+    src(f"{y} = {cast_expr(f'pypto.mul(pypto.mul(pypto.cast(ya, pypto.DT_FP32), rs), {s2})', 'f32', 'bf16')}")
+
+
+def pypto_expert_shared(spec: KernelSpec) -> str:
+    x, xs, w1, s1, w3, s3, w2, s2 = spec.operands
+    out = spec.results[0]
+    inter, hidden = w1.shape
+    limit = float(spec.attrs.get("swiglu_limit", 0.0))
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, row_block(spec, default=32))
+    blk = _PtoBlock(loop, x)
+    br = blk.rows
+    with loop.loop():
+        _pto_set_tile(src, vec_tile((br, hidden), 4))
+        src(f"s1r = pypto.reshape({s1.name}, [1, {inter}])")
+        src(f"s3r = pypto.reshape({s3.name}, [1, {inter}])")
+        src(f"s2r = pypto.reshape({s2.name}, [1, {hidden}])")
+        _pto_swiglu(src, blk.valid, loop.view(x), loop.view(xs), None, w1.name, "s1r", w3.name, "s3r",
+                    w2.name, "s2r", br, inter, hidden, limit, "y")
+        loop.store("y", out)
+    return src.text()
+
+
+def _pto_valid3(rows: str, *rest) -> str:
+    return f", valid_shape={py_list(['1', rows] + [str(r) for r in rest])}"
+
+
+def pypto_expert_routed(spec: KernelSpec) -> str:
+    x, xs, xw, count, w1, s1, w3, s3, w2, s2 = spec.operands
+    out = spec.results[0]
+    n_local, rm, hidden = x.shape
+    inter = w1.shape[1]
+    limit = float(spec.attrs.get("swiglu_limit", 0.0))
+    br = min(32, rm)
+    src = Src(spec.signature())
+
+    def valid2(*rest):
+        return f", valid_shape={py_list(['valid'] + [str(r) for r in rest])}"
+
+    with src.block(f'for e in pypto.loop(0, {n_local}, 1, name="expert_loop", idx_name="e"):'):
+        src(f"n = {count.name}[e]")
+        _pto_set_tile(src, [1] + vec_tile((inter, hidden), 1))
+        src(f"w1e = pypto.reshape(pypto.view({w1.name}, [1, {inter}, {hidden}], [e, 0, 0]), [{inter}, {hidden}])")
+        src(f"w3e = pypto.reshape(pypto.view({w3.name}, [1, {inter}, {hidden}], [e, 0, 0]), [{inter}, {hidden}])")
+        src(f"w2e = pypto.reshape(pypto.view({w2.name}, [1, {hidden}, {inter}], [e, 0, 0]), [{hidden}, {inter}])")
+        with src.block(f'for blk in pypto.loop(0, (n + {br - 1}) // {br}, 1, name="row_loop", idx_name="blk"):'):
+            src(f"r0 = blk * {br}")
+            src(f"valid = pypto.min(n - r0, {br})")
+            _pto_set_tile(src, [1] + vec_tile((br, hidden), 1))
+            src(f"xv = pypto.reshape(pypto.view({x.name}, [1, {br}, {hidden}], [e, r0, 0]"
+                f"{_pto_valid3('valid', hidden)}), [{br}, {hidden}]{valid2(hidden)})")
+            _pto_set_tile(src, [1, max(br, 8)])
+            src(f"xs_r = pypto.view({xs.name}, [1, {br}], [e, r0], valid_shape=[1, valid])")
+            src(f"xw_r = pypto.view({xw.name}, [1, {br}], [e, r0], valid_shape=[1, valid])")
+            src(f"s1r = pypto.view({s1.name}, [1, {inter}], [e, 0])")
+            src(f"s3r = pypto.view({s3.name}, [1, {inter}], [e, 0])")
+            src(f"s2r = pypto.view({s2.name}, [1, {hidden}], [e, 0])")
+            _pto_set_tile(src, [br, 8])
+            src(f"xsc = pypto.reshape(xs_r, [{br}, 1]{valid2(1)})")
+            src(f"xwc = pypto.reshape(xw_r, [{br}, 1]{valid2(1)})")
+            _pto_swiglu(src, valid2, "xv", "xsc", "xwc", "w1e", "s1r", "w3e", "s3r", "w2e", "s2r",
+                        br, inter, hidden, limit, "y")
+            _pto_set_tile(src, [1] + vec_tile((br, hidden), 4))
+            src(f"y3 = pypto.reshape(y, [1, {br}, {hidden}]{_pto_valid3('valid', hidden)})")
+            src(f"pypto.assemble(y3, [e, r0, 0], {out.name})")
+        _pto_zero_rows(src, out, "n", br)
+    return src.text()
+
+
+def _pto_zero_rows(src: Src, out, start: str, br: int, lead: str = "e") -> None:
+    """Zero-fill rows [start, RM) of out[lead] (out: [NL, RM, ...] or [NL, RM])."""
+    rm = out.shape[1]
+    rest = list(out.shape[2:])
+    fill = "pypto.DT_INT32" if out.dtype in ("i8", "i32") else "pypto.DT_FP32"
+    value = "0" if fill == "pypto.DT_INT32" else "0.0"
+    with src.block(f'for zb in pypto.loop(0, ({rm} - {start} + {br - 1}) // {br}, 1, name="zero_loop", '
+                   f'idx_name="zb"):'):
+        src(f"z0 = {start} + zb * {br}")
+        src(f"zv = pypto.min({rm} - z0, {br})")
+        shape = [1, br] + rest
+        _pto_set_tile(src, [1] + vec_tile(tuple([br] + rest), 4))
+        valid = py_list(["1", "zv"] + [str(r) for r in rest])
+        src(f"z = pypto.full({py_list(shape)}, {value}, {fill}, valid_shape={valid})")
+        src(f"zc = {cast_expr('z', 'i32' if value == '0' else 'f32', out.dtype)}")
+        src(f"pypto.assemble(zc, {py_list([lead, 'z0'] + ['0'] * len(rest))}, {out.name})")
+
+
+def pypto_dispatch_gather(spec: KernelSpec) -> str:
+    rx, raux, rroute, meta = spec.operands
+    ox, oscale, oweight, oroute = spec.results
+    n_local, rm, hidden = rx.shape
+    ranks = meta.shape[0]
+    per_src = rm // ranks
+    br = min(32, rm)
+    src = Src(spec.signature())
+    with src.block(f'for e in pypto.loop(0, {n_local}, 1, name="expert_loop", idx_name="e"):'):
+        for s in range(ranks):
+            src(f"n{s} = {meta.name}[{s}, e]")
+            base = "0" if s == 0 else f"b{s}"
+            with src.block(f'for blk in pypto.loop(0, (n{s} + {br - 1}) // {br}, 1, name="lane_loop{s}", '
+                           f'idx_name="blk"):'):
+                src(f"r0 = blk * {br}")
+                src(f"valid = pypto.min(n{s} - r0, {br})")
+                lane = f"{s * per_src} + r0" if s else "r0"
+                dst = f"{base} + r0" if s else "r0"
+                _pto_set_tile(src, [1] + vec_tile((br, hidden), 1))
+                src(f"xv = pypto.clone(pypto.view({rx.name}, [1, {br}, {hidden}], [e, {lane}, 0], "
+                    f"valid_shape=[1, valid, {hidden}]))")
+                src(f"pypto.assemble(xv, [e, {dst}, 0], {ox.name})")
+                _pto_set_tile(src, [1, max(br, 8)])
+                src(f"rt = pypto.clone(pypto.view({rroute.name}, [1, {br}], [e, {lane}], valid_shape=[1, valid]))")
+                src(f"pypto.assemble(rt, [e, {dst}], {oroute.name})")
+                for c, target in ((0, oscale), (1, oweight)):
+                    _pto_set_tile(src, [1, br, 8])  # view and 3-D → 2-D reshape under the rank-3 tile
+                    src(f"a{c} = pypto.view({raux.name}, [1, {br}, 1], [e, {lane}, {c}], valid_shape=[1, valid, 1])")
+                    src(f"a{c}r = pypto.reshape(a{c}, [1, {br}], valid_shape=[1, valid])")
+                    _pto_set_tile(src, [1, max(br, 8)])
+                    src(f"pypto.assemble(pypto.clone(a{c}r), [e, {dst}], {target.name})")
+            src(f"b{s + 1} = {base} + n{s}" if s else "b1 = n0")
+        for target in (ox, oscale, oweight, oroute):
+            _pto_zero_rows(src, target, f"b{ranks}", br)
+    return src.text()
+
+
+def pypto_shared_routed(spec: KernelSpec) -> str:
+    sh, routed = spec.operands
+    out = spec.results[0]
+    tokens, hidden = sh.shape
+    k = routed.shape[0] // tokens
+    src = Src(spec.signature())
+    loop = RowLoop(src, sh, row_block(spec, default=8))
+    blk = _PtoBlock(loop, sh)
+    br = blk.rows
+    wide = vec_tile((br, hidden), 4)
+    fuse = _pto_fusible(br * hidden)
+    with loop.loop():
+        _pto_scope(src, 1, fuse)  # the K adds as one subgraph when small
+        _pto_set_tile(src, vec_tile((br * k, hidden), 2))
+        valid = f", valid_shape=[valid * {k}, {hidden}]" if blk.partial else ""
+        src(f"rv = pypto.view({routed.name}, [{br * k}, {hidden}], [{blk.r0} * {k}, 0]{valid})")
+        _pto_set_tile(src, vec_tile((br, k * hidden), 2))
+        src(f"rr = {blk.reshape('rv', [br, k * hidden])}")
+        _pto_set_tile(src, wide)
+        src(f"acc = {cast_expr(loop.view(sh), sh.dtype, 'f32')}")
+        for j in range(k):
+            src(f"acc = pypto.add(acc, {cast_expr(blk.sub('rr', [br], [0, j * hidden], hidden), routed.dtype, 'f32')})")
+        src(f"y = {cast_expr('acc', 'f32', out.dtype)}")
+        loop.store("y", out)
+        _pto_scope(src, -1, fuse)
+    return src.text()
+
+
+def pypto_dispatch_meta_ep1(spec: KernelSpec) -> str:
+    """EP1 only (recv_meta has one source row): recv_meta[0, e] = recv_count[e] = #routes to expert e.
+    Counts are Σ over (t, k) of where(indices == e, 1, 0) (exact in f32); `arrived` is not touched (no peer)."""
+    spec = spec.static()
+    idx, _meta_in, _arrived_in = spec.operands
+    meta, count = spec.results
+    ranks, n_local = meta.shape
+    assert ranks == 1, "moe_dispatch_meta has a pypto form at EP1 only"
+    tokens, k = idx.shape
+    src = Src(spec.signature())
+    _pto_expert_ids(src, n_local)
+    _pto_set_tile(src, vec_tile((tokens, n_local), 4))
+    src(f"io = pypto.reshape(io1, [1, {n_local}])")
+    src(f"idf = {cast_expr(idx.name, 'i32', 'f32')}")
+    for j in range(k):
+        src(f"hit = pypto.where(pypto.eq(io, pypto.view(idf, [{tokens}, 1], [0, {j}])), 1.0, 0.0)")
+        src("per = pypto.sum(hit, 0, keepdim=True)")
+        src("cnt = per" if j == 0 else "cnt = pypto.add(cnt, per)")
+    src(f"ci = {cast_expr('cnt', 'f32', 'i32')}")
+    src(f"pypto.assemble(ci, [0, 0], {meta.name})")
+    _pto_set_tile(src, [max(n_local, 8)])
+    src(f"pypto.assemble(pypto.reshape(ci, [{n_local}]), [0], {count.name})")
+    return src.text()
+
+
+def pypto_combine_ep1(spec: KernelSpec) -> str:
+    """EP1 only: routed_y[recv_route[e, b]] = recv_y[e, b] for b < recv_meta[0, e] (every route row once, so
+    the rows are unique); a runtime loop per expert over its rows, the destination row read as a scalar.
+    Other rows of the in-place buffer are not touched; `combine_arrived` neither (no peer)."""
+    y, route, meta, _out_in, _sig_in = spec.operands
+    out = spec.results[0]
+    n_local, rm, hidden = y.shape
+    assert meta.shape[0] == 1, "moe_combine has a pypto form at EP1 only"
+    src = Src(spec.signature())
+    _pto_set_tile(src, [1, 1, hidden])
+    with src.block(f'for e in pypto.loop(0, {n_local}, 1, name="expert_loop", idx_name="e"):'):
+        src(f"n = {meta.name}[0, e]")
+        with src.block('for b in pypto.loop(0, n, 1, name="row_loop", idx_name="b"):'):
+            src(f"row = {route.name}[e, b]")
+            src(f"yr = pypto.reshape(pypto.view({y.name}, [1, 1, {hidden}], [e, b, 0]), [1, {hidden}])")
+            _pto_set_tile(src, [1, hidden])
+            src(f"pypto.assemble(pypto.clone(yr), [row, 0], {out.name})")
+            _pto_set_tile(src, [1, 1, hidden])
+    return src.text()
+
+
+# EP1 forms of collectives: at one rank every route is local and the notifies / waits have no peer, so the op is
+# local work. The lowering runs collective tasks on numpy (they are not in PYPTO_TEMPLATES); these are valid only
+# when the task graph runs on one rank (the templates assert recv_meta has one source row).
+PYPTO_TEMPLATES_EP1 = {"moe_dispatch_meta": pypto_dispatch_meta_ep1, "moe_combine": pypto_combine_ep1}
+
+_PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, which "
+                   "compile but SIGSEGV in the CPU cost-model simulation and which the host calculator cannot "
+                   "interpret (no numbers on CPU); the lowering runs collective tasks on numpy")
+PYPTO_UNSUPPORTED = {
+    "moe_dispatch_meta": "collective: remote_store of this rank's lane counts into row [my_rank] of every "
+                         "destination's recv_meta window, notify `arrived` on every peer, spin-wait for every peer's "
+                         "meta, then the column sums; " + _PTO_CROSS_RANK + ". At EP1 it degenerates to a local "
+                         "histogram of the indices (notify/wait have no peer): PYPTO_TEMPLATES_EP1",
+    "moe_dispatch_push": "collective: one-sided puts of each route's row into its lane on the destination rank, then "
+                         "every SPMD block notifies `data_arrived` on every peer; " + _PTO_CROSS_RANK + ". Even at EP1 "
+                         "the lane of route (t, k) is a running per-expert counter over the routes in (t, k) order "
+                         "(an ordered, data-dependent slot assignment): pypto 0.2.0 has no loop-carried scalar state, "
+                         "and the vector form (one-hot, prefix sum over routes, scatter_update with in-kernel computed "
+                         "rows of i8 / 2-wide f32 / 1-wide i32 payloads) is outside the verified idioms",
+    "moe_combine": "collective: puts every compact expert row back to its origin rank (row t·K + k of that rank's "
+                   "routed_y window), each SPMD block notifying `combine_arrived` on every peer; " + _PTO_CROSS_RANK
+                   + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: PYPTO_TEMPLATES_EP1",
+}
+
+PYPTO_TEMPLATES = {
+    "moe_ffn_norm": pypto_ffn_norm, "moe_x_norm_quant": pypto_x_norm_quant, "moe_gate": pypto_gate,
+    "moe_route_hash": pypto_route_hash, "moe_route_sort": pypto_route_sort,
+    "moe_expert_shared": pypto_expert_shared, "moe_expert_routed": pypto_expert_routed,
+    "moe_dispatch_gather": pypto_dispatch_gather, "moe_shared_routed": pypto_shared_routed,
+}

@@ -207,7 +207,602 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py): the copy stages.
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
+# * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls q·Kᵀ and bf16(p)·K (f32 accumulation,
+#   where the reference rounds an f64 sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's
+#   mask (−1e20) / rowmax / exp / where order, l in numpy's pairwise order (kernels.qkv helpers).
+# * Merges (csa_merge_norm, hca_stream_merge[_pack]): the reference's f32 merge_into / sink_normalize order; the
+#   only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp from numpy's on a few % of
+#   arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis with the op's swap input
+#   (hca) or the exact reshape/transpose pair swap (csa, whose op has no swap input); one bf16 rounding; heads
+#   packed group-major with one assemble per group.
+# * Index work is exact: integer arithmetic in f32 (< 2^24), comparisons against scalars, floors as
+#   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select (clamped, then
+#   masked) and kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
+# pypto 0.2.0 lowering traps met here (tensor graph right, post-pass verify FAILS; each avoided below):
+# * a 1-D op (arange) under a rank-2 tile is mis-lowered by InferParamIndex → 1-D ops get 1-D tiles (_pto_iota);
+# * a view is materialised under the tile of the op that consumes it: reshaping a rank-3 view needs a rank-3 tile
+#   (else ExpandFunction: "Tile shape size 2 is not matched the output shape size 3"); an index_select whose
+#   in-kernel index spans several tiles is mis-lowered (the whole index row block in one tile);
+# * rank-3 tiles that split the rows of a partial block break InferDynShape (rows per block = one tile's worth,
+#   `_pto_rows_whole_tile`, and tile rows dividing the block, `_pto_vec_tile`).
+# On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
+# valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
+from .qkv import (_PtoBlock, _pto_lead_tile, _pto_pair_swap, _pto_pairwise_sum, _pto_rows_whole_tile,  # noqa: E402
+                  _pto_scope, _pto_set_tile, _pto_vec_tile)
 
-PYPTO_TEMPLATES = {"kv_touch": pypto_copy, "o_local_bridge": pypto_copy}
+_PTO_NEG = -1.0e20   # NEG_INF_ATTN
+_PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
+
+PYPTO_UNSUPPORTED: dict[str, str] = {}
+
+
+def _pto_iota(src: Src, n: int, name: str, restore) -> None:
+    """`name` = [[0, 1, …, n−1]] f32 [1, n]. The 1-D arange gets a 1-D tile: created under a rank-2 tile it
+    computes right in the tensor graph but pypto 0.2.0's InferParamIndex mis-lowers it (pass-verify FAILS)."""
+    _pto_set_tile(src, [max(n, 8)])
+    src(f"{name}1 = pypto.arange(0.0, {float(n)!r}, 1.0)")
+    _pto_set_tile(src, [1, max(n, 8)])
+    src(f"{name} = pypto.reshape({name}1, [1, {n}])")
+    _pto_set_tile(src, restore)
+
+
+# ---- cache writeback --------------------------------------------------------------------------------------
+def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
+    """kv_cache[slot[t]] = kv[t] in token order: a pypto.loop over tokens reads the slot as a runtime scalar and
+    assembles the row only `if slot >= 0` (−1 skipped, later tokens win on duplicates, like the reference).
+    `scatter_update` is not used: with −1 it writes the last row, and its order on duplicates is unspecified.
+    Only the written rows are stored: the caller passes the same buffer as kv_cache_in and kv_cache."""
+    kv, _cache_in, slots = spec.operands
+    cache = spec.results[0]
+    d = kv.shape[1]
+    src = Src(spec.signature())
+    n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
+    src(f"tokens = {n}")
+    _pto_set_tile(src, [1, d])
+    with src.block('for t in pypto.loop(0, tokens, 1, name="wb_loop", idx_name="t"):'):
+        src(f"slot = {slots.name}[t]")
+        with src.block("if slot >= 0:"):
+            src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+    return src.text()
+
+
+# ---- tile partials ----------------------------------------------------------------------------------------
+def _pto_tile_partial(blk, q3: str, k3: str, ok: str, heads: int, hd: int, width: int, scale: float, scope: int,
+                      kt3: str | None = None) -> None:
+    """(mi [rows, H, 1], li [rows, H, 1], oi [rows, H, HD]) = tile_partial of one key tile per token: s = q·Kᵀ
+    (batched cube matmul; Kᵀ given as kt3 [rows, HD, width] or K as k3 [rows, width, HD] with b_trans),
+    s·scale → −1e20 where not ok ([rows, 1, width] bool), m = rowmax, p = exp(s − m) (0 where not ok),
+    l = numpy's pairwise Σp, o = bf16(p)·K. The softmax chain is one forced subgraph."""
+    src, br = blk.src, blk.rows
+    s_tile = _pto_vec_tile((br, heads, width), 4)
+    src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(width, 64)})")
+    if kt3 is not None:
+        src(f"s = pypto.matmul({q3}, {kt3}, pypto.DT_FP32)")
+    else:
+        src(f"s = pypto.matmul({q3}, {k3}, pypto.DT_FP32, b_trans=True)")
+    if blk.partial:  # a batched matmul's result keeps the full block as its valid shape
+        src(f"s = {blk.sub('s', [br, heads], [0, 0, 0], width)}")
+    _pto_set_tile(src, s_tile)
+    _pto_scope(src, scope)
+    src(f"s = pypto.where({ok}, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
+    src("mi = pypto.amax(s, -1, keepdim=True)")
+    src(f"p = pypto.where({ok}, pypto.exp(pypto.sub(s, mi)), 0.0)")
+    _pto_pairwise_sum(blk, "p", [br, heads], width, "li", s_tile)
+    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+    _pto_scope(src, -1)
+    src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(width, 128)}, {cube_tile(hd, 128)})")
+    src(f"oi = pypto.matmul(pb, {k3}, pypto.DT_FP32)")
+    if blk.partial:
+        src(f"oi = {blk.sub('oi', [br, heads], [0, 0, 0], hd)}")
+
+
+def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) -> None:
+    """Assemble the tile partial (mi, li, oi) as item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
+    src, br = blk.src, blk.rows
+    _pto_set_tile(src, [br, 1, max(heads, 8)])
+    for name, t in (("mi", m_out), ("li", l_out)):
+        src(f"{name}3 = {blk.reshape(name, [br, 1, heads])}")
+        src(f"pypto.assemble({name}3, [{blk.r0}, {item}, 0], {t.name})")
+    _pto_set_tile(src, [1] + _pto_vec_tile((br, heads, hd), 4))
+    src(f"oi4 = {blk.reshape('oi', [br, 1, heads, hd])}")
+    src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
+
+
+def _pto_gather_rows(blk, cache, idx_view: str, width: int, hd: int, out: str, idx_out: str) -> None:
+    """`out` [rows, width, HD] = cache[idx] with −1 rows zero (the reference's `_gather`): index_select of the
+    clamped index max(idx, 0) — the block's whole [rows, width] index in one tile, so pypto 0.2.0's
+    InferParamIndex keeps the in-kernel index right — then where(idx ≥ 0, row, 0). `idx_out` = f32(idx)."""
+    src, br = blk.src, blk.rows
+    d_tile = hd
+    while br * width * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+        d_tile //= 2
+    _pto_set_tile(src, [br, max(width, 8)])
+    src(f"iv = {idx_view}")
+    src("ci = pypto.maximum(iv, 0)")
+    src(f"{idx_out} = {cast_expr('iv', 'i32', 'f32')}")
+    src(f"okr = {blk.reshape(idx_out, [br, width, 1])}")
+    _pto_set_tile(src, [br, width, d_tile])
+    src(f"g = pypto.index_select({cache.name}, 0, ci)")
+    src(f"{out} = {cast_expr('pypto.where(pypto.ge(okr, 0.0), g, 0.0)', 'f32', cache.dtype)}")
+
+
+def pypto_csa_qk_pv(spec: KernelSpec) -> str:
+    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv]: each k_tile block
+    gathers its rows (index_select, −1 → 0; a block straddling the two lists concatenates both gathers), is
+    masked where bias < 0 or index < 0, and runs the tile partial. qk_order only orders the work on the NPU
+    (every item writes its own partial), so the values do not depend on it. (Masks are built with a tensor
+    operand in every `where`: a where of two scalars yields a full-block valid shape, which breaks the CPU
+    interpreter on partial blocks.)"""
+    q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
+    m_out, l_out, o_out = spec.results
+    _, heads, hd = q.shape
+    w, k = swa.shape[1], cidx.shape[1]
+    kt = int(spec.attrs["k_tile"])
+    scale = float(spec.attrs["scale"])
+    blocks = (w + k) // kt
+    src = Src(spec.signature())
+    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, kt)), name="tok")
+    blk = _PtoBlock(loop, q)
+    br = blk.rows
+    with loop.loop():
+        src(f"q3 = {loop.view(q)}")
+        for j in range(blocks):
+            a, e = j * kt, (j + 1) * kt
+            pieces = []
+            for pool, ind, lo, hi in ((cache, swa, 0, w), (cmp_kv, cidx, w, w + k)):
+                s0, s1 = max(a, lo), min(e, hi)
+                if s0 < s1:
+                    n = len(pieces)
+                    view = f"pypto.view({ind.name}, [{br}, {s1 - s0}], [{blk.r0}, {s0 - lo}]{blk.valid(s1 - s0)})"
+                    _pto_gather_rows(blk, pool, view, s1 - s0, hd, f"kr{n}", f"ix{n}")
+                    pieces.append((f"kr{n}", f"ix{n}"))
+            if len(pieces) == 1:
+                src(f"k3 = {pieces[0][0]}")
+                src(f"vx = {pieces[0][1]}")
+            else:
+                _pto_set_tile(src, [br, kt, min(hd, 64)])
+                src(f"k3 = pypto.concat([{pieces[0][0]}, {pieces[1][0]}], 1)")
+                _pto_set_tile(src, [br, max(kt, 8)])
+                src(f"vx = pypto.concat([{pieces[0][1]}, {pieces[1][1]}], 1)")
+                if blk.partial:  # a concat's result has the full block as its valid shape
+                    src(f"vx = {blk.sub('vx', [br], [0, 0], kt)}")
+            _pto_set_tile(src, [br, max(kt, 8)])
+            bview = f"pypto.view({bias.name}, [{br}, {kt}], [{blk.r0}, {a}]{blk.valid(kt)})"
+            src(f"vb = pypto.where(pypto.ge(vx, 0.0), {bview}, -1.0)")
+            _pto_set_tile(src, _pto_vec_tile((br, heads, kt), 4))
+            src(f"ok = pypto.ge({blk.reshape('vb', [br, 1, kt])}, 0.0)")
+            _pto_tile_partial(blk, "q3", "k3", "ok", heads, hd, kt, scale, j + 1)
+            _pto_store_item(blk, j, heads, hd, m_out, l_out, o_out)
+    return src.text()
+
+
+def pypto_hca_raw_attn(spec: KernelSpec) -> str:
+    """The raw-window stream as ONE tile: s = q·rows_t (rows_t [T, HD, W] is Kᵀ), P·V with the rows."""
+    q, rows, rows_t, idx = spec.operands
+    m_out, l_out, o_out = spec.results
+    _, heads, hd = q.shape
+    w = rows.shape[1]
+    scale = float(spec.attrs["scale"])
+    src = Src(spec.signature())
+    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, w)), name="tok")
+    blk = _PtoBlock(loop, q)
+    br = blk.rows
+    with loop.loop():
+        _pto_set_tile(src, [br, max(w, 8)])
+        src(f"vf = {cast_expr(loop.view(idx), idx.dtype, 'f32')}")
+        _pto_set_tile(src, _pto_vec_tile((br, heads, w), 4))
+        src(f"ok = pypto.ge({blk.reshape('vf', [br, 1, w])}, 0.0)")
+        src(f"q3 = {loop.view(q)}")
+        src(f"k3 = {loop.view(rows)}")
+        src(f"kt3 = {loop.view(rows_t)}")
+        _pto_tile_partial(blk, "q3", "k3", "ok", heads, hd, w, scale, 1, kt3="kt3")
+        _pto_set_tile(src, _pto_lead_tile([br, heads]) + [8])
+        src(f"m2 = {blk.reshape('mi', [br, heads])}")
+        src(f"l2 = {blk.reshape('li', [br, heads])}")
+        _pto_set_tile(src, [br, max(heads, 8)])
+        loop.store("m2", m_out)
+        loop.store("l2", l_out)
+        _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 4))
+        loop.store("oi", o_out)
+    return src.text()
+
+
+def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
+    """Per (token, work item) tile partials over the token's request rows, one request (seq tokens) per loop
+    iteration: q [seq·H, HD] against the request's work_rows keys (2-D cube matmuls). valid[t, c] ⇔
+    (c+1)·R ≤ min(pos[t]+1, kv_seq_len[b]) ∧ c < max_rows ∧ phys[b, c] ≥ 0, which is c < n[t] exactly in integers
+    (evaluated in f32, all values < 2^24). The per-request part is one [B, L] threshold table built before the
+    loop; items past the visible rows come out neutral (m = −1e20, l = 0, o = 0) as in the reference."""
+    q, rows, phys, pos, kvlen = spec.operands
+    m_out, l_out, o_out = spec.results
+    _, heads, hd = q.shape
+    b_n, n_rows, _ = rows.shape
+    ratio, seq = int(spec.attrs["ratio"]), int(spec.attrs["seq"])
+    wr, max_rows = int(spec.attrs["work_rows"]), int(spec.attrs["max_rows"])
+    works = n_rows // wr
+    scale = float(spec.attrs["scale"])
+    src = Src(spec.signature())
+    _pto_set_tile(src, [max(b_n, 8)])
+    src(f"klf = {cast_expr(kvlen.name, kvlen.dtype, 'f32')}")
+    _pto_set_tile(src, [b_n, 8])
+    src(f"klc = pypto.reshape(klf, [{b_n}, 1])")
+    table_tile = [b_n, max(n_rows, 8)]
+    _pto_set_tile(src, table_tile)
+    src(f"klx = pypto.expand_clone(klc, [{b_n}, {n_rows}])")
+    _pto_iota(src, n_rows, "col", table_tile)
+    src(f"need = pypto.mul(pypto.add(col, 1.0), {float(ratio)!r})")
+    if n_rows > max_rows:
+        src(f"need = pypto.where(pypto.lt(col, {float(max_rows)!r}), need, {_PTO_BIG!r})")
+    src(f"needx = pypto.expand_clone(need, [{b_n}, {n_rows}])")
+    src(f"pva = {cast_expr(phys.name, phys.dtype, 'f32')}")
+    src(f"needa = pypto.where(pypto.ge(pypto.sub(klx, needx), 0.0), needx, {_PTO_BIG!r})")
+    src(f"needa = pypto.where(pypto.ge(pva, 0.0), needa, {_PTO_BIG!r})")
+    loop = RowLoop(src, q, seq, name="tok")
+    blk = _PtoBlock(loop, q)
+    br = blk.rows
+    req = "blk" if loop.looped else "0"
+    vq = f", valid_shape=[valid * {heads}, {hd}]" if blk.partial else ""
+    vs = f", valid_shape=[valid * {heads}, {wr}]" if blk.partial else ""
+    with loop.loop():
+        _pto_set_tile(src, [max(br, 8)])
+        src(f"pf = {cast_expr(loop.view(pos), pos.dtype, 'f32')}")
+        _pto_set_tile(src, [br, 8])
+        src(f"lim = pypto.add({blk.reshape('pf', [br, 1])}, 1.0)")
+        _pto_set_tile(src, [1, max(n_rows, 8)])
+        src(f"nr = pypto.view(needa, [1, {n_rows}], [{req}, 0])")
+        _pto_set_tile(src, [br, max(n_rows, 8)])
+        src(f"nx = pypto.expand_clone(nr, [{br}, {n_rows}]{blk.valid(n_rows)})")
+        src("okf = pypto.sub(lim, nx)")  # ≥ 0 where visible (a tensor, not where(·, 0, −1): see csa_qk_pv)
+        _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 2))
+        src(f"q3 = {loop.view(q)}")
+        src(f"q2 = pypto.reshape(q3, [{br * heads}, {hd}]{vq})")
+        for w in range(works):
+            a = w * wr
+            s_tile = _pto_vec_tile((br, heads, wr), 4)
+            _pto_set_tile(src, s_tile)
+            src(f"ok = pypto.ge({blk.reshape(blk.sub('okf', [br], [0, a], wr), [br, 1, wr])}, 0.0)")
+            _pto_set_tile(src, [1] + _pto_vec_tile((wr, hd), 2))
+            src(f"kv = pypto.view({rows.name}, [1, {wr}, {hd}], [{req}, {a}, 0])")
+            src(f"k2 = pypto.reshape(kv, [{wr}, {hd}])")
+            src(f"pypto.set_cube_tile_shapes({cube_tile(br * heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(wr, 64)})")
+            src("s2 = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
+            _pto_set_tile(src, s_tile)
+            src(f"s = pypto.reshape(s2, [{br}, {heads}, {wr}]{blk.valid(heads, wr)})")
+            _pto_scope(src, w + 1)
+            src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
+            src("mi = pypto.amax(s, -1, keepdim=True)")
+            src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
+            _pto_pairwise_sum(blk, "p", [br, heads], wr, "li", s_tile)
+            src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+            src(f"pb2 = pypto.reshape(pb, [{br * heads}, {wr}]{vs})")
+            _pto_scope(src, -1)
+            src(f"pypto.set_cube_tile_shapes({cube_tile(br * heads, 64)}, {cube_tile(wr, 128)}, {cube_tile(hd, 128)})")
+            src("o2 = pypto.matmul(pb2, k2, pypto.DT_FP32)")
+            _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 4))
+            src(f"oi = pypto.reshape(o2, [{br}, {heads}, {hd}]{blk.valid(heads, hd)})")
+            _pto_store_item(blk, w, heads, hd, m_out, l_out, o_out)
+    return src.text()
+
+
+# ---- HCA data movement ------------------------------------------------------------------------------------
+def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
+    """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 8 KiB (a
+    transpose holds ~13 tile-sized UB buffers)."""
+    rows = spec.operands[0]
+    out = spec.results[0]
+    _, w, hd = rows.shape
+    tw, th = min(w, 64), min(hd, 64)
+    tr = max(1, min(8, (8 * 1024) // (tw * th * rows.itemsize)))
+    src = Src(spec.signature())
+    loop = RowLoop(src, rows, tr, name="tok")  # a tile spans the block's rows (partial blocks, see above)
+    tr = loop.shape(rows)[0]
+    with loop.loop():
+        _pto_scope(src, 1)
+        _pto_set_tile(src, [tr, tw, th])
+        src(f"x = {loop.view(rows)}")
+        _pto_set_tile(src, [tr, th, tw])
+        src("y = pypto.transpose(x, 1, 2)")
+        loop.store("y", out)
+        _pto_scope(src, -1)
+    return src.text()
+
+
+def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
+    """phys[b, i] = table[b, i // bs]·bs + i % bs (−1 past the table or unmapped): the page of column i is static,
+    so each page is one table column broadcast over its bs columns plus an iota. rows = cmp_kv[phys] (−1 → 0) by
+    index_select of the clamped index, one request (one index row, one tile) at a time."""
+    cache, table = spec.operands
+    rows_out, phys_out = spec.results
+    b_n, pages = table.shape
+    hd = cache.shape[1]
+    bs, wr, works = (int(spec.attrs[k]) for k in ("block_size", "work_rows", "works"))
+    n = wr * works
+    src = Src(spec.signature())
+    parts = []
+    for p in range(-(-n // bs)):
+        cols = min(bs, n - p * bs)
+        name = f"ph{p}"
+        tile = [b_n, max(cols, 8)]
+        if p < pages:
+            _pto_set_tile(src, [b_n, 8])
+            src(f"tb = {cast_expr(f'pypto.view({table.name}, [{b_n}, 1], [0, {p}])', table.dtype, 'f32')}")
+            _pto_set_tile(src, tile)
+            src(f"tbx = pypto.expand_clone(tb, [{b_n}, {cols}])")
+            _pto_iota(src, cols, "jr", tile)
+            src(f"{name} = pypto.where(pypto.ge(tbx, 0.0), pypto.add(pypto.mul(tbx, {float(bs)!r}), jr), -1.0)")
+        else:
+            _pto_set_tile(src, tile)
+            src(f"{name} = pypto.full([{b_n}, {cols}], -1.0, pypto.DT_FP32)")
+        parts.append(name)
+    _pto_set_tile(src, [b_n, max(n, 8)])
+    src(f"phf = {parts[0] if len(parts) == 1 else 'pypto.concat([' + ', '.join(parts) + '], -1)'}")
+    src(f"phi = {cast_expr('phf', 'f32', 'i32')}")
+    d_tile = hd
+    while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+        d_tile //= 2
+    for b in range(b_n):
+        _pto_set_tile(src, [1, max(n, 8)])
+        src(f"ci = pypto.maximum(pypto.view(phi, [1, {n}], [{b}, 0]), 0)")
+        src(f"okr = pypto.reshape(pypto.view(phf, [1, {n}], [{b}, 0]), [1, {n}, 1])")
+        _pto_set_tile(src, [1, n, d_tile])
+        src(f"g = pypto.index_select({cache.name}, 0, ci)")
+        src(f"y = {cast_expr('pypto.where(pypto.ge(okr, 0.0), g, 0.0)', 'f32', rows_out.dtype)}")
+        src(f"pypto.assemble(y, [{b}, 0, 0], {rows_out.name})")
+    _pto_set_tile(src, [b_n, max(n, 8)])
+    src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
+    return src.text()
+
+
+# ---- merges, sink, inverse RoPE, pack -----------------------------------------------------------------------
+def _pto_merge_partial(blk, heads: int, h_tile, o_tile) -> None:
+    """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
+    a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi. m, l are [rows, H], o is [rows, H, HD]."""
+    src, br = blk.src, blk.rows
+    _pto_set_tile(src, h_tile)
+    src("big = pypto.maximum(m_acc, mi)")
+    src("ea = pypto.exp(pypto.sub(m_acc, big))")
+    src("eb = pypto.exp(pypto.sub(mi, big))")
+    src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
+    src("m_acc = big")
+    src(f"ea3 = {blk.reshape('ea', [br, heads, 1])}")
+    src(f"eb3 = {blk.reshape('eb', [br, heads, 1])}")
+    _pto_set_tile(src, o_tile)
+    src("o_acc = pypto.add(pypto.mul(ea3, o_acc), pypto.mul(eb3, oi))")
+
+
+def _pto_sink_normalize(blk, sink, heads: int, h_tile, o_tile) -> None:
+    """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
+    src, br = blk.src, blk.rows
+    _pto_set_tile(src, h_tile)
+    src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub(pypto.reshape({sink.name}, [1, {heads}]), m_acc)))")
+    src(f"den3 = {blk.reshape('den', [br, heads, 1])}")
+    _pto_set_tile(src, o_tile)
+    src("y = pypto.div(o_acc, den3)")
+
+
+def _pto_load_item(blk, m, l, o, item: int, heads: int, hd: int, o_tile) -> None:
+    """(mi, li) [rows, H] and oi [rows, H, HD] = item `item` of the partials m, l [T, n, H] and o [T, n, H, HD]."""
+    src, br = blk.src, blk.rows
+    _pto_set_tile(src, [br, 1, max(heads, 8)])
+    for name, t in (("mi", m), ("li", l)):
+        view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
+        src(f"{name} = {blk.reshape(view, [br, heads])}")
+    _pto_set_tile(src, [br, 1] + o_tile[1:])
+    view = f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]{blk.valid(1, heads, hd)})"
+    src(f"oi = {blk.reshape(view, [br, heads, hd])}")
+
+
+def _pto_swap_lanes(blk, r: str, lead, rd: int, swap, out: str, wide_tile) -> None:
+    """out = r[..., swap] with the op's lane permutation input: `pypto.gather` on the last axis of r viewed as
+    [rows·H, rd], the index being the swap row broadcast to that shape (exact data movement)."""
+    src = blk.src
+    flat = 1
+    for x in lead:
+        flat *= x
+    vr = f", valid_shape=[valid * {flat // blk.rows}, {rd}]" if blk.partial else ""
+    lead_tile = _pto_lead_tile(list(lead), max(1, 4096 // rd)) + [rd]
+    _pto_set_tile(src, lead_tile)  # a rank-reducing reshape takes a tile of its input's rank
+    src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
+    _pto_set_tile(src, _pto_lead_tile([flat], max(1, 4096 // rd)) + [rd])
+    src(f"si = pypto.expand_clone(pypto.reshape({swap.name}, [1, {rd}]), [{flat}, {rd}]{vr})")
+    src("g2 = pypto.gather(r2, 1, si)")
+    _pto_set_tile(src, lead_tile)
+    src(f"{out} = {blk.reshape('g2', list(lead) + [rd])}")
+    _pto_set_tile(src, wide_tile)
+
+
+def _pto_derotate_pack(blk, heads: int, hd: int, cos_il, sin_signed, swap, out, groups: int, o_tile) -> None:
+    """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding, heads packed
+    group-major into out [G, T, hpg·HD] (one assemble per group)."""
+    src, br = blk.src, blk.rows
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    hg = heads // groups
+    src(f"rp = {blk.sub('y', [br, heads], [0, 0, nope], rd)}")
+    if swap is None:
+        _pto_pair_swap(blk, "rp", [br, heads], rd, "swp", o_tile)
+    else:
+        _pto_swap_lanes(blk, "rp", [br, heads], rd, swap, "swp", o_tile)
+    for name, t in (("cb", cos_il), ("sb", sin_signed)):
+        src(f"{name} = {blk.reshape(cast_expr(blk.loop.view(t), t.dtype, 'f32'), [br, 1, rd])}")
+    src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
+    if nope:
+        src(f"yr = pypto.concat([{blk.sub('y', [br, heads], [0, 0, 0], nope)}, ro], -1)")
+    else:
+        src("yr = ro")
+    src(f"yb = {cast_expr('yr', 'f32', out.dtype)}")
+    g_tile = _pto_vec_tile((br, hg, hd), 2)
+    _pto_set_tile(src, g_tile)
+    for g in range(groups):
+        src(f"hgv = pypto.clone({blk.sub('yb', [br, hg], [0, g * hg, 0], hd)})")
+        src(f"pk = {blk.reshape('hgv', [br, hg * hd])}")
+        _pto_set_tile(src, [1] + _pto_vec_tile((br, hg * hd), 2))
+        valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
+        src(f"pk3 = pypto.reshape(pk, [1, {br}, {hg * hd}]{valid3})")
+        src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
+        _pto_set_tile(src, g_tile)
+
+
+def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
+    """csa_merge_norm (csa: items merged in order from the first), hca_stream_merge (the raw stream state, then
+    the work items ascending; f32 out) and hca_stream_merge_pack (the same, then the pack)."""
+    ops = spec.operands
+    out = spec.results[0]
+    if csa:
+        m, l, o, sink, cos_il, sin_signed = ops
+        swap = None
+        _, items, heads, hd = o.shape
+        rows_from = o
+    else:
+        m, l, hs, cm, cl, co, sink = ops[:7]
+        cos_il, sin_signed, swap = ops[7:10] if pack else (None, None, None)
+        _, heads, hd = hs.shape
+        items = cm.shape[1]
+        rows_from = hs
+    src = Src(spec.signature())
+    loop = RowLoop(src, rows_from, _pto_rows_whole_tile(heads * hd), name="tok")
+    blk = _PtoBlock(loop, rows_from)
+    br = blk.rows
+    h_tile = [br, max(heads, 8)]
+    o_tile = _pto_vec_tile((br, heads, hd), 4)
+    with loop.loop():
+        _pto_scope(src, 1)  # one fused vector subgraph per row block
+        if csa:
+            _pto_load_item(blk, m, l, o, 0, heads, hd, o_tile)
+            src("m_acc = mi")
+            src("l_acc = li")
+            src("o_acc = oi")
+            first, parts = 1, (m, l, o)
+        else:
+            _pto_set_tile(src, h_tile)
+            src(f"m_acc = {loop.view(m)}")
+            src(f"l_acc = {loop.view(l)}")
+            _pto_set_tile(src, o_tile)
+            src(f"o_acc = {loop.view(hs)}")
+            first, parts = 0, (cm, cl, co)
+        for i in range(first, items):
+            _pto_load_item(blk, *parts, i, heads, hd, o_tile)
+            _pto_merge_partial(blk, heads, h_tile, o_tile)
+        _pto_sink_normalize(blk, sink, heads, h_tile, o_tile)
+        if pack:
+            _pto_derotate_pack(blk, heads, hd, cos_il, sin_signed, swap, out, int(spec.attrs["o_groups"]), o_tile)
+        else:
+            loop.store("y", out)
+        _pto_scope(src, -1)
+    return src.text()
+
+
+def pypto_csa_merge_norm(spec: KernelSpec) -> str:
+    return _pto_merge_kernel(spec, csa=True, pack=True)
+
+
+def pypto_hca_stream_merge(spec: KernelSpec) -> str:
+    return _pto_merge_kernel(spec, csa=False, pack=False)
+
+
+def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
+    return _pto_merge_kernel(spec, csa=False, pack=True)
+
+
+def pypto_hca_stream_pack(spec: KernelSpec) -> str:
+    hs, cos_il, sin_signed, swap = spec.operands
+    out = spec.results[0]
+    _, heads, hd = hs.shape
+    src = Src(spec.signature())
+    loop = RowLoop(src, hs, _pto_rows_whole_tile(heads * hd), name="tok")
+    blk = _PtoBlock(loop, hs)
+    o_tile = _pto_vec_tile((blk.rows, heads, hd), 4)
+    with loop.loop():
+        _pto_scope(src, 1)
+        _pto_set_tile(src, o_tile)
+        src(f"y = {loop.view(hs)}")
+        _pto_derotate_pack(blk, heads, hd, cos_il, sin_signed, swap, out, int(spec.attrs["o_groups"]), o_tile)
+        _pto_scope(src, -1)
+    return src.text()
+
+
+# ---- CSA plan ---------------------------------------------------------------------------------------------
+def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
+    """The CSA plan on whole [T, ·] tensors (static T: qk_order sorts the items of all tokens at once).
+    keep ⇔ raw ≥ 0 ∧ (raw+1)·r ≤ pos+1 (≡ raw < (pos+1)//r in integers); page = trunc((raw + ½)/bs), rem =
+    raw − page·bs; block = table[b(t), page] by `pypto.gather` on the token's table row (the page clamped into
+    the table, pages past it invalid); all integer arithmetic in f32 (< 2^24), exact. qk_order = the items
+    sorted by the key (1 − nonempty)·N + item by `pypto.topk` of −key over all N items: keys are distinct, so
+    the tie order of the sort cannot matter, and the result is the reference's stable partition."""
+    spec = spec.static()
+    topk, pos, table, swa = spec.operands
+    cidx_out, vmask_out, bias_out, order_out = spec.results
+    t_n = pos.shape[0]
+    w = swa.shape[1]
+    b_n, pages = table.shape
+    ratio, seq, bs = int(spec.attrs["ratio"]), int(spec.attrs["seq"]), int(spec.attrs["block_size"])
+    k, kt = int(spec.attrs["idx_topk"]), int(spec.attrs["k_tile"])
+    blocks = (w + k) // kt
+    n_items = t_n * blocks
+    src = Src(spec.signature())
+    _pto_set_tile(src, [max(t_n, 8)])
+    src(f"pf = {cast_expr(pos.name, pos.dtype, 'f32')}")
+    _pto_set_tile(src, [t_n, 8])
+    src(f"lim = pypto.add(pypto.reshape(pf, [{t_n}, 1]), 1.0)")
+    wide = _pto_vec_tile((t_n, k), 4)
+    _pto_set_tile(src, wide)
+    src(f"rf = {cast_expr(f'pypto.view({topk.name}, [{t_n}, {k}], [0, 0])', topk.dtype, 'f32')}")
+    src(f"need = pypto.mul(pypto.add(rf, 1.0), {float(ratio)!r})")
+    src("keep = pypto.where(pypto.ge(rf, 0.0), pypto.where(pypto.le(pypto.sub(need, lim), 0.0), 1.0, 0.0), 0.0)")
+    src("rc = pypto.where(pypto.ge(keep, 0.5), rf, 0.0)")
+    src(f"pg = pypto.cast(pypto.cast(pypto.div(pypto.add(rc, 0.5), {float(bs)!r}), pypto.DT_INT32, "
+        f"pypto.CastMode.CAST_TRUNC), pypto.DT_FP32)")
+    src(f"rem = pypto.sub(rc, pypto.mul(pg, {float(bs)!r}))")
+    src(f"keep = pypto.where(pypto.lt(pg, {float(pages)!r}), keep, 0.0)")
+    src(f"pgi = pypto.cast(pypto.minimum(pg, {float(pages - 1)!r}), pypto.DT_INT32, pypto.CastMode.CAST_RINT)")
+    _pto_set_tile(src, [b_n, max(pages, 8)])
+    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
+    _pto_set_tile(src, [b_n, seq, max(pages, 8)])
+    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{b_n}, 1, {pages}]), [{b_n}, {seq}, {pages}])")
+    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
+    _pto_set_tile(src, wide)
+    src("bv = pypto.gather(tbt, 1, pgi)")
+    src("keep = pypto.where(pypto.ge(bv, 0.0), keep, 0.0)")
+    src(f"physf = pypto.where(pypto.ge(keep, 0.5), pypto.add(pypto.mul(bv, {float(bs)!r}), rem), -1.0)")
+    src(f"ci = {cast_expr('physf', 'f32', 'i32')}")
+    src(f"pypto.assemble(ci, [0, 0], {cidx_out.name})")
+    src("vc = pypto.where(pypto.ge(physf, 0.0), 1.0, 0.0)")
+    _pto_set_tile(src, _pto_vec_tile((t_n, w), 4))
+    src(f"vw = pypto.where(pypto.ge({cast_expr(swa.name, swa.dtype, 'f32')}, 0.0), 1.0, 0.0)")
+    _pto_set_tile(src, _pto_vec_tile((t_n, w + k), 4))
+    src("va = pypto.concat([vw, vc], -1)")
+    src(f"bias = pypto.where(pypto.ge(va, 0.5), 0.0, {_PTO_NEG!r})")
+    src(f"pypto.assemble(bias, [0, 0], {bias_out.name})")
+    _pto_set_tile(src, _pto_vec_tile((t_n, blocks, kt), 4))
+    src(f"va3 = pypto.reshape(va, [{t_n}, {blocks}, {kt}])")
+    src("ne3 = pypto.amax(va3, -1, keepdim=True)")
+    src(f"ne = pypto.reshape(ne3, [{t_n}, {blocks}])")
+    _pto_set_tile(src, [t_n, max(blocks, 8)])
+    src(f"vm = {cast_expr('ne', 'f32', 'i32')}")
+    src(f"pypto.assemble(vm, [0, 0], {vmask_out.name})")
+    src(f"ne1 = pypto.reshape(ne, [1, {n_items}])")
+    _pto_iota(src, n_items, "item", [1, n_items])
+    src(f"key = pypto.add(pypto.mul(ne1, {float(n_items)!r}), pypto.neg(item))")
+    src(f"vals, idx = pypto.topk(key, {n_items}, -1, True)")
+    _pto_set_tile(src, [n_items])
+    src(f"pypto.assemble(pypto.reshape(idx, [{n_items}]), [0], {order_out.name})")
+    return src.text()
+
+
+PYPTO_TEMPLATES = {
+    "kv_touch": pypto_copy, "o_local_bridge": pypto_copy,
+    "kv_cache_writeback": pypto_kv_cache_writeback,
+    "csa_slots_build_valid_qk_plan": pypto_csa_slots_build_valid_qk_plan,
+    "csa_qk_pv": pypto_csa_qk_pv,
+    "csa_merge_norm": pypto_csa_merge_norm,
+    "hca_raw_transpose": pypto_hca_raw_transpose,
+    "hca_raw_attn": pypto_hca_raw_attn,
+    "hca_cmp_work_gather": pypto_hca_cmp_work_gather,
+    "hca_cmp_qk_pv": pypto_hca_cmp_qk_pv,
+    "hca_stream_merge": pypto_hca_stream_merge,
+    "hca_stream_pack": pypto_hca_stream_pack,
+    "hca_stream_merge_pack": pypto_hca_stream_merge_pack,
+}

@@ -15,3 +15,18 @@ def idx_topk_select(fallback, positions, kv_seq_len, *, k, ratio, seq, score_len
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
     bounded = idx_topk_bounded(positions, kv_seq_len, k=k, ratio=ratio, seq=seq, score_len=score_len)
     return np.where((vis <= k)[:, None], bounded, np.asarray(fallback)).astype(np.int32)
+
+
+# ---- pypto 0.2.0 template ------------------------------------------------------------------------
+# The guarded bypass as one kernel (see kernels/indexer.py's template section): per request, the bounded row
+# where visible[t] ≤ k, else the fallback row (i32 → f32 → i32 exact for |index| < 2^24).
+from ._pypto import KernelSpec  # noqa: E402
+from .indexer import _pto_bounded  # noqa: E402
+
+
+def pypto_idx_topk_select(spec: KernelSpec) -> str:
+    fallback, pos, kv_len = spec.operands
+    return _pto_bounded(spec, pos, kv_len, spec.results[0], fallback)
+
+
+PYPTO_TEMPLATES = {"idx_topk_select": pypto_idx_topk_select}
