@@ -8,7 +8,9 @@ existing one gets that node's key plus a child index, so rewrites keep the order
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -81,6 +83,14 @@ class Graph:
         self._next_seq = 0
         self._children: dict[tuple[int, ...], int] = {}
         self._users: dict[str, list[Node]] | None = None
+        # Derived indexes (see "Derived indexes" below): kept up to date by add_op, remove_node and
+        # replace_uses; dropped by invalidate() and rename(), rebuilt on demand.
+        self._pos: dict[str, int] | None = None  # node name → rank in self.nodes order (with _users)
+        self._next_pos = 0
+        self._num: dict[str, int] | None = None  # a topological numbering (every edge goes up)
+        self._next_num = 0
+        self._version = 0                       # bumped by every mutation
+        self._topo: tuple | None = None          # (version, topological order, name → position)
 
     # ---- construction -----------------------------------------------------------------------
     @property
@@ -114,12 +124,12 @@ class Graph:
         self.nodes[node.name] = node
         for v in node.results:
             self.values[v.name] = v
-        self._users = None
+        self._index_added(node)
         return node
 
     def set_returns(self, values: Iterable[Value]) -> None:
         self.returns = list(values)
-        self._users = None
+        self._version += 1          # returns are not part of the users index or the topological order
 
     def _result_names(self, opdef: type[OpDef], names: str | Sequence[str]) -> list[str]:
         if not isinstance(names, str):
@@ -153,19 +163,24 @@ class Graph:
     def replace_uses(self, old: Value, new: Value, *, skip: Node | None = None) -> int:
         """Point every operand, dep and return that uses `old` at `new`. Returns the count."""
         count = 0
-        for node in self.nodes.values():
+        moved = []
+        for node in self._referencing(old):      # the nodes whose operands or deps name `old`
             if node is skip:
                 continue
+            hit = False
             for seq in (node.operands, node.deps):
                 for i, v in enumerate(seq):
                     if v is old:
                         seq[i] = new
                         count += 1
+                        hit = True
+            if hit:
+                moved.append(node)
         for i, v in enumerate(self.returns):
             if v is old:
                 self.returns[i] = new
                 count += 1
-        self._users = None
+        self._index_replaced(old, new, moved)
         return count
 
     def remove_node(self, node: Node) -> None:
@@ -178,24 +193,186 @@ class Graph:
         del self.nodes[node.name]
         for v in node.results:
             del self.values[v.name]
-        self._users = None
+        self._index_removed(node)
 
     def rename(self, value: Value, new_name: str) -> None:
         """Rename a value (and its node, if it is the node's first result)."""
         self._claim(new_name)
+        old_name = value.name
         del self.values[value.name]
         node = value.producer
+        moved = None
         if node is not None and node.results[0] is value:
+            moved = node.name
             del self.nodes[node.name]
             node.name = new_name
             self.nodes = self._reinsert(node)
         value.name = new_name
         self.values[new_name] = value
-        self._users = None
+        self._index_renamed(old_name, new_name, node if moved is not None else None, moved)
+
+    def set_deps(self, node: Node, deps: Sequence[Value]) -> None:
+        """Replace `node`'s explicit deps (keeps the derived indexes instead of dropping them)."""
+        old = (*node.operands, *node.deps)
+        node.deps = list(deps)
+        self._index_edited(node, old)
+
+    def set_operand(self, node: Node, index: int, value: Value) -> None:
+        """Point operand `index` of `node` at `value` (keeps the derived indexes)."""
+        old = (*node.operands, *node.deps)
+        node.operands[index] = value
+        self._index_edited(node, old)
+
+    def touch(self) -> None:
+        """Record a change that affects neither edges nor names (attributes): only the version moves."""
+        self._version += 1
 
     def invalidate(self) -> None:
         """Forget derived indexes; call after editing a node's operands, deps or attrs in place."""
+        self._changed()
+
+    def _changed(self) -> None:
         self._users = None
+        self._pos = None
+        self._num = None
+        self._topo = None
+        self._version += 1
+
+    # ---- derived indexes ----------------------------------------------------------------------
+    # users (value name → the nodes naming it in operands or deps, in self.nodes order, each once),
+    # a topological numbering (_num: only its order matters, every edge goes from a lower to a higher
+    # number) and the cached lexicographic topological order. The three mutations passes use in loops
+    # keep the first two up to date instead of dropping them (a rebuild is O(graph) and a rewrite loop
+    # would make it O(graph²)); anything else goes through _changed().
+    def _index_added(self, node: Node) -> None:
+        """add_op: the new node is the last of self.nodes and depends only on existing nodes."""
+        if self._users is not None:
+            for v in (*node.operands, *node.deps):
+                lst = self._users.setdefault(v.name, [])
+                if not lst or lst[-1] is not node:
+                    lst.append(node)
+            self._pos[node.name] = self._next_pos
+            self._next_pos += 1
+        if self._num is not None:
+            self._num[node.name] = self._next_num
+            self._next_num += 1
+        current = self._topo is not None and self._topo[0] == self._version
+        self._version += 1
+        self._topo = (self._version, _insert_sink(self._topo[1], node), None) if current else None
+
+    def _index_removed(self, node: Node) -> None:
+        """remove_node of a node nobody uses: drop it from its operands' user lists. Removing such a
+        sink leaves the lexicographic topological order of the other nodes unchanged."""
+        if self._users is not None:
+            for v in {v.name: v for v in (*node.operands, *node.deps)}.values():
+                lst = self._users.get(v.name)
+                if lst is not None:
+                    self._users[v.name] = [n for n in lst if n is not node]
+            for v in node.results:
+                self._users.pop(v.name, None)
+            self._pos.pop(node.name, None)
+        if self._num is not None:
+            self._num.pop(node.name, None)
+        current = self._topo is not None and self._topo[0] == self._version
+        self._version += 1
+        self._topo = (self._version, [n for n in self._topo[1] if n is not node], None) if current else None
+
+    def _referencing(self, value: Value) -> list[Node]:
+        if self._users is None:
+            self._build_users()
+        return list(self._users.get(value.name, []))
+
+    def _index_replaced(self, old: Value, new: Value, moved: list[Node]) -> None:
+        """replace_uses: `moved` no longer name `old` and now name `new`."""
+        if self._users is not None and moved:
+            gone = set(map(id, moved))
+            self._users[old.name] = [n for n in self._users.get(old.name, []) if id(n) not in gone]
+            merged = {id(n): n for n in self._users.get(new.name, [])}
+            merged.update((id(n), n) for n in moved)
+            self._users[new.name] = sorted(merged.values(), key=lambda n: self._pos[n.name])
+        if self._num is not None and new.producer is not None and new.producer.name in self.nodes:
+            for n in moved:
+                if not self._ordered(new.producer, n):
+                    self._num = None
+                    break
+        self._topo = None
+        self._version += 1
+
+    def _index_renamed(self, old: str, new: str, node: Node | None, old_node_name: str | None) -> None:
+        """rename: the value's user list moves to its new name; a renamed node moves to the end of
+        self.nodes (so to the end of every user list it is in) and keeps its topological number."""
+        if self._users is not None:
+            if old in self._users:
+                self._users[new] = self._users.pop(old)
+            if node is not None:
+                self._pos.pop(old_node_name, None)
+                self._pos[node.name] = self._next_pos
+                self._next_pos += 1
+                for name in {v.name for v in (*node.operands, *node.deps)}:
+                    lst = self._users.get(name)
+                    if lst is not None and node in lst:
+                        self._users[name] = [n for n in lst if n is not node] + [node]
+        if self._num is not None and node is not None:
+            at = self._num.pop(old_node_name, None)
+            if at is None:
+                self._num = None
+            else:
+                self._num[node.name] = at
+        self._topo = None
+        self._version += 1
+
+    def _index_edited(self, node: Node, before: Sequence[Value]) -> None:
+        """`node`'s operands/deps changed from `before`: fix its entries in the user lists."""
+        after = (*node.operands, *node.deps)
+        if self._users is not None:
+            old_names = {v.name for v in before}
+            new_names = {v.name for v in after}
+            for name in old_names - new_names:
+                lst = self._users.get(name)
+                if lst is not None:
+                    self._users[name] = [n for n in lst if n is not node]
+            pos = self._pos
+            for name in new_names - old_names:
+                lst = self._users.setdefault(name, [])
+                if not any(n is node for n in lst):
+                    bisect.insort(lst, node, key=lambda n: pos[n.name])
+        if self._num is not None:
+            for v in after:
+                p = v.producer
+                if p is not None and p.name in self.nodes and not self._ordered(p, node):
+                    self._num = None
+                    break
+        self._topo = None
+        self._version += 1
+
+    def _ordered(self, p: Node, node: Node) -> bool:
+        """Keep the numbering topological for a new edge p → node: fine if p is already below node; else
+        move node up (or p down) into the gap between its predecessors and its users when there is one.
+        False: no such gap, the numbering must be rebuilt."""
+        num = self._num
+        if p.name not in num or node.name not in num:
+            return False
+        if num[p.name] < num[node.name]:
+            return True
+        for n in (node, p):
+            lo = max((num.get(x.producer.name, float("inf")) for x in (*n.operands, *n.deps)
+                      if x.producer is not None and x.producer.name in self.nodes), default=-1.0)
+            hi = min((num.get(u.name, float("-inf")) for r in n.results for u in self.users(r)), default=lo + 2.0)
+            if lo < hi:
+                num[n.name] = (lo + hi) / 2
+                return num[p.name] < num[node.name]
+        return False
+
+    def _build_users(self) -> None:
+        index: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            for v in list(node.operands) + list(node.deps):
+                lst = index.setdefault(v.name, [])
+                if not lst or lst[-1] is not node:
+                    lst.append(node)
+        self._users = index
+        self._pos = {name: i for i, name in enumerate(self.nodes)}
+        self._next_pos = len(self._pos)
 
     def _reinsert(self, node: Node) -> dict[str, Node]:
         nodes = dict(self.nodes)
@@ -205,13 +382,7 @@ class Graph:
     # ---- queries ----------------------------------------------------------------------------
     def users(self, value: Value) -> list[Node]:
         if self._users is None:
-            index: dict[str, list[Node]] = {}
-            for node in self.nodes.values():
-                for v in list(node.operands) + list(node.deps):
-                    lst = index.setdefault(v.name, [])
-                    if not lst or lst[-1] is not node:
-                        lst.append(node)
-            self._users = index
+            self._build_users()
         return list(self._users.get(value.name, []))
 
     def ops(self, op: str) -> list[Node]:
@@ -233,16 +404,111 @@ class Graph:
         return g
 
     def topo_order(self) -> list[Node]:
-        """Topological order, ties broken by sequence keys. Raises VerifyError on a cycle."""
-        g = self.to_networkx()
-        try:
-            names = list(nx.lexicographical_topological_sort(g, key=lambda n: self.nodes[n].seq))
-        except nx.NetworkXUnfeasible:
+        """Topological order, ties broken by sequence keys. Raises VerifyError on a cycle.
+
+        The order is exactly networkx's lexicographical_topological_sort of `to_networkx()` with key `seq`
+        (ties between equal keys by insertion order), computed without building the networkx graph and
+        cached until the next mutation (`invalidate()` after editing operands or deps in place)."""
+        if self._topo is not None and self._topo[0] == self._version:
+            return list(self._topo[1])
+        order = self._kahn()
+        self._topo = (self._version, order, None)
+        return list(order)
+
+    def _kahn(self) -> list[Node]:
+        nodes = self.nodes
+        listed = list(nodes.values())
+        # rank = position in (seq, insertion index) order: the heap compares ints, not tuples
+        rank_of = sorted(range(len(listed)), key=lambda i: listed[i].seq)   # stable: ties by insertion
+        rank = [0] * len(listed)
+        for r, i in enumerate(rank_of):
+            rank[i] = r
+        slot = {name: i for i, name in enumerate(nodes)}
+        succ: list[list[int]] = [[] for _ in listed]
+        indeg = [0] * len(listed)
+        for i, node in enumerate(listed):
+            preds = set()
+            for v in node.operands:
+                p = v.producer
+                if p is not None and p.name in slot:
+                    preds.add(slot[p.name])
+            for v in node.deps:
+                p = v.producer
+                if p is not None and p.name in slot:
+                    preds.add(slot[p.name])
+            for p in preds:
+                succ[p].append(i)
+            indeg[i] = len(preds)
+        heap = [rank[i] for i in range(len(listed)) if indeg[i] == 0]
+        heapq.heapify(heap)
+        out: list[Node] = []
+        while heap:
+            i = rank_of[heapq.heappop(heap)]
+            out.append(listed[i])
+            for child in succ[i]:
+                indeg[child] -= 1
+                if indeg[child] == 0:
+                    heapq.heappush(heap, rank[child])
+        if len(out) != len(nodes):
+            g = self.to_networkx()
             cycle = nx.find_cycle(g)
             path = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
             first = self.nodes[cycle[0][0]]
-            raise VerifyError(f"cycle: {path}", first.where) from None
-        return [self.nodes[n] for n in names]
+            raise VerifyError(f"cycle: {path}", first.where)
+        return out
+
+    def reaches(self, a: Node, b: Node) -> bool:
+        """Is there a path a → … → b over operand and deps edges (a ≠ b)? The same answer as
+        `a.name in nx.ancestors(self.to_networkx(), b.name)`, by a backward walk from b that never goes
+        above a's topological position (nothing there can be reached from a). Needs an acyclic graph."""
+        pos = self._numbering()
+        floor = pos.get(a.name)
+        if floor is None or b.name not in self.nodes:
+            return False
+        nodes, seen = self.nodes, set()
+        stack = [nodes[b.name]]
+        while stack:
+            cur = stack.pop()
+            for v in (*cur.operands, *cur.deps):
+                p = v.producer
+                if p is None or p.name in seen:
+                    continue
+                at = pos.get(p.name)
+                if at is None or at < floor:
+                    continue
+                if p.name == a.name:
+                    return True
+                seen.add(p.name)
+                stack.append(nodes[p.name])
+        return False
+
+    def _numbering(self) -> dict[str, int]:
+        """A topological numbering (kept across add_op / remove_node / replace_uses when still valid).
+        Rebuilt from the lexicographic order: any topological order would do, but that one keeps the
+        nodes of one layer close together, which keeps the pruned walks of `reaches` short."""
+        if self._num is None:
+            self._num = {n.name: i for i, n in enumerate(self.topo_order())}
+            self._next_num = len(self._num)
+        return self._num
+
+    def in_topo_order(self, nodes: Sequence[Node]) -> list[Node]:
+        """`nodes` in `topo_order()` order. When they form a chain (each reaches the next) every topological
+        order lists them alike, so the kept numbering decides without recomputing the lexicographic order."""
+        if self._topo is None or self._topo[0] != self._version:
+            ranked = sorted(nodes, key=lambda n: self._numbering()[n.name])
+            if all(self.reaches(a, b) for a, b in zip(ranked, ranked[1:])):
+                return ranked
+        pos = self.topo_index()
+        return sorted(nodes, key=lambda n: pos[n.name])
+
+    def topo_index(self) -> dict[str, int]:
+        """Node name → position in `topo_order()` (cached with it; do not modify the returned dict)."""
+        self.topo_order()
+        version, order, index = self._topo
+        if index is None:
+            index = {n.name: i for i, n in enumerate(order)}
+            self._topo = (version, order, index)
+        return index
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.topo_order())
@@ -289,6 +555,21 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<Graph @{self.name}: {len(self.params)} params, {len(self.nodes)} nodes>"
+
+
+def _insert_sink(order: list[Node], node: Node) -> list[Node]:
+    """The lexicographic topological order after adding `node`, which nothing uses yet (a sink) and which
+    is last in insertion order: the other nodes keep their order, and `node` goes at the first position,
+    after all its predecessors, whose node has a larger seq key (there the heap would pop `node` first)."""
+    preds = {v.producer.name for v in (*node.operands, *node.deps) if v.producer is not None}
+    start = 0
+    for i, n in enumerate(order):
+        if n.name in preds:
+            start = i + 1
+    for i in range(start, len(order)):
+        if node.seq < order[i].seq:
+            return order[:i] + [node] + order[i:]
+    return order + [node]
 
 
 def _attr_key(value: Any) -> str:

@@ -71,9 +71,11 @@ class TensorType:
         return self.dtype is DType.token
 
     def __str__(self) -> str:
-        if self.is_token:
-            return "token"
-        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        text = self.__dict__.get("_text")   # immutable (frozen, Dims are frozen): format once
+        if text is None:
+            text = "token" if self.is_token else f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+            object.__setattr__(self, "_text", text)
+        return text
 
     def evaluate(self, env: Mapping[str, int]) -> "TensorType":
         return TensorType(self.dtype, tuple(d.evaluate(env) for d in self.shape))

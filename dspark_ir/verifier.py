@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-import networkx as nx
-
 from .dims import Dim
 from .errors import DsparkError, ShapeError, VerifyError
 from .graph import Graph, Node, Value, infer_types
@@ -123,7 +121,6 @@ def _check_tiles(g: Graph, node: Node, outs: list[TensorType]) -> Iterator[Verif
 
 def _check_buffers(g: Graph, order: list[Node]) -> Iterator[VerifyError]:
     """In-place updates must chain from an inout parameter, one writer per version, no stale reads."""
-    nxg = None
     writer_of: dict[str, Node] = {}
     for node in order:
         for r_index, o_index in node.opdef.aliases.items():
@@ -142,11 +139,10 @@ def _check_buffers(g: Graph, order: list[Node]) -> Iterator[VerifyError]:
             writer_of[buf.name] = node
     if not writer_of:
         return
-    nxg = g.to_networkx()
     for name, writer in writer_of.items():
-        later = nx.descendants(nxg, writer.name)
         for reader in g.users(g.values[name]):
-            if reader is not writer and reader.name in later:
+            # reader ∈ nx.descendants(writer): a path writer → … → reader (Graph.reaches, no networkx)
+            if reader is not writer and g.reaches(writer, reader):
                 yield _err(f"reads %{name} after '{writer.name}' overwrote it in place", reader.where)
     for p in g.params:
         if p.inout and _last_version(g, p, writer_of) not in g.returns:

@@ -45,7 +45,10 @@ def register_view_rule(op: str, rule: ViewRule) -> None:
 
 def build_task_graph(g: Graph) -> TaskGraph:
     """Lower a verified graph with bound symbols to a task graph (see the module docstring)."""
-    return _Builder(g).build()
+    from dspark_ir.gctools import paused_gc
+
+    with paused_gc():                     # no result depends on it: see dspark_ir/gctools.py
+        return _Builder(g).build()
 
 
 class _Builder:
@@ -57,6 +60,7 @@ class _Builder:
         self.kind: dict[str, str] = {}        # node name → kernel | dummy | view
         self.placed: dict[str, tuple[Node, int]] = {}  # value → (concat node, offset along its axis)
         self.task_of: dict[str, int] = {}
+        self._writers_memo: dict[str, Node] | None = None
 
     # ---- driver ---------------------------------------------------------------------------------
     def build(self) -> TaskGraph:
@@ -173,11 +177,15 @@ class _Builder:
         return v.name
 
     def _writers(self) -> dict[str, Node]:
-        """Version (root value name) → the node that overwrites it in place."""
+        """Version (root value name) → the node that overwrites it in place (computed once: the graph
+        does not change while it is lowered, and the view classification is complete before the first call)."""
+        if self._writers_memo is not None:
+            return self._writers_memo
         out = {}
         for node in self.g.nodes.values():
             for o in _aliases(node).values():
                 out[self._version_root(node.operands[o])] = node
+        self._writers_memo = out
         return out
 
     def _program_order(self) -> list[Node]:
@@ -278,8 +286,11 @@ def _derive_deps(tasks: list[Task], declared: Mapping[int, Mapping[int, set[str]
                 raise LoweringError(f"{t.label()} is declared to wait for later task {d}")
             kinds.setdefault((d, t.id), set()).update(why)
     kept = transitive_reduction(len(tasks), kinds)
+    by_task: dict[int, list[int]] = {}
+    for d, j in kept:
+        by_task.setdefault(j, []).append(d)
     for t in tasks:
-        t.deps = sorted(d for (d, j) in kept if j == t.id)
+        t.deps = sorted(by_task.get(t.id, ()))
         t.dep_kinds = {d: sorted(kinds[(d, t.id)]) for d in t.deps}
 
 

@@ -7,6 +7,7 @@ from typing import Callable
 import networkx as nx
 
 from dspark_ir import dims as D
+from dspark_ir.errors import VerifyError
 from dspark_ir.graph import Graph, Node
 from dspark_ir.types import DType
 
@@ -212,7 +213,6 @@ def canonical_deps(g: Graph, node: Node) -> list:
     """The node's deps without repeats, without those another edge implies (except deps on collectives),
     sorted by name."""
     unique = list({id(v): v for v in node.deps}.values())
-    graph = g.to_networkx()
     keep = []
     for d in unique:
         if d.producer is None or d.producer.opdef.collective:
@@ -220,10 +220,20 @@ def canonical_deps(g: Graph, node: Node) -> list:
             keep.append(d)
             continue
         others = [v.producer for v in node.operands + [u for u in unique if u is not d] if v.producer is not None]
-        implied = any(o is d.producer or d.producer.name in nx.ancestors(graph, o.name) for o in others)
+        implied = any(o is d.producer or _is_ancestor(g, d.producer, o) for o in others)
         if not implied:
             keep.append(d)
     return sorted(keep, key=lambda v: v.name)
+
+
+def _is_ancestor(g: Graph, a: Node, b: Node) -> bool:
+    """`a.name in nx.ancestors(g.to_networkx(), b.name)` (Graph.reaches, without building networkx)."""
+    if b.name not in g.nodes:
+        return a.name in nx.ancestors(g.to_networkx(), b.name)   # raises like before
+    try:
+        return g.reaches(a, b)
+    except VerifyError:                                       # a cycle: no topological positions
+        return a.name in nx.ancestors(g.to_networkx(), b.name)
 
 
 def _check_deps(g: Graph, node: Node) -> bool | str:

@@ -107,6 +107,8 @@ class RunState:
     runs: list[PassRun] = field(default_factory=list)
     before: Graph | None = None
     failure: PassError | None = None
+    keys: tuple[int, dict] | None = None    # (graph version, node_keys) after the last recorded pass
+    before_version: int = -1
 
     @property
     def stdout(self):
@@ -124,6 +126,12 @@ class PassManager:
         self.ctx.check_report_names()
 
     def run(self, g: Graph) -> OptResult:
+        from dspark_ir.gctools import paused_gc
+
+        with paused_gc():                 # graphs are reference cycles: see dspark_ir/gctools.py
+            return self._run(g)
+
+    def _run(self, g: Graph) -> OptResult:
         from .instruments import build_instruments
 
         ctx = self.ctx
@@ -158,6 +166,7 @@ class PassManager:
             if not self._admit(state, run):
                 continue
             state.before = graph.clone()
+            state.before_version = graph._version
             self._apply(state, run, graph, established)
             t0 = time.perf_counter()
             for inst in instruments:
@@ -202,7 +211,7 @@ class PassManager:
         run.seconds = time.perf_counter() - t0
         run.rewrites, run.skips, run.partial = outcome.rewrites, outcome.skips, outcome.stopped
         run.rewrites_used = state.budget.used
-        _record_changes(run, state.before, graph)
+        state.keys = _record_changes(run, state.before, graph, _keys_of(state.keys, state.before_version))
         _check_signature(run, state.before, graph)
 
 
@@ -217,14 +226,30 @@ def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassC
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-def _record_changes(run: PassRun, before: Graph, after: Graph) -> None:
-    old, new = node_keys(before), node_keys(after)
+def _record_changes(run: PassRun, before: Graph, after: Graph, old: dict | None = None) -> tuple[int, dict]:
+    """Added/removed/modified nodes and the changed bit. `old` may be the node keys of `before` already
+    computed (the previous pass's result); returns (after's version, after's node keys) for the next pass."""
+    old = old if old is not None else node_keys(before)
+    new = node_keys(after)
     run.added = [n for n in new if n not in old]
     run.removed = [n for n in old if n not in new]
     run.modified = [n for n in new if n in old and new[n] != old[n]]
     run.nodes_after = len(after)
-    changed = before.structural_key() != after.structural_key()
+    # the same test as before.structural_key() != after.structural_key(): the node part of the structural
+    # key is exactly the node keys by name, the rest is the graph-level part
+    changed = old != new or _graph_key(before) != _graph_key(after)
     run.status = "changed" if changed else "no-op"
+    return after._version, new
+
+
+def _keys_of(cached: tuple[int, dict] | None, version: int) -> dict | None:
+    return cached[1] if cached is not None and cached[0] == version else None
+
+
+def _graph_key(g: Graph) -> tuple:
+    params = tuple((p.name, str(p.type), p.inout) for p in g.params)
+    attributes = tuple(sorted((k, format_attr_value(v)) for k, v in g.attributes.items()))
+    return (g.name, tuple(g.symbols.items()), attributes, params, tuple(v.name for v in g.returns))
 
 
 def node_keys(g: Graph) -> dict[str, tuple]:

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
 
@@ -67,13 +65,17 @@ class MoeHandshakeDeps(Pass):
     drop_aer_on_waits: bool = True
 
     def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.op == "signal_wait":
-                yield from self._wait_sites(g, node)
-            if node.attrs.get("aer"):
-                role = self.aer_role(g, node)
-                if role is not None:
-                    yield Site("drop-aer", node, role)
+        _SWEEP[id(g)] = {}      # memo of wait sites / one-notify pairs while only this pass edits g
+        try:
+            for node in g.topo_order():
+                if node.op == "signal_wait":
+                    yield from self._wait_sites(g, node)
+                if node.attrs.get("aer"):
+                    role = self.aer_role(g, node)
+                    if role is not None:
+                        yield Site("drop-aer", node, role)
+        finally:
+            _SWEEP.pop(id(g), None)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         node = site.node
@@ -81,11 +83,12 @@ class MoeHandshakeDeps(Pass):
             if not node.attrs.get("aer") or self.aer_role(g, node) is None:
                 return None
             node.attrs = {k: v for k, v in node.attrs.items() if k != "aer"}
-            g.invalidate()
+            g.touch()   # attributes only: edges and names are unchanged
             return RewriteRecord("drop-aer", node.name, site.detail)
         sites = [s for s in self._wait_sites(g, node) if isinstance(s, Site)]
         if not sites or sites[0].rule != site.rule:
             return None
+        _SWEEP.get(id(g), {}).clear()   # edges and signal links change: recompute from here on
         if site.rule == "anchor-wait":
             return _anchor(g, node)
         return _one_notify(g, node)
@@ -94,6 +97,9 @@ class MoeHandshakeDeps(Pass):
     def one_notify_pairs(self, g: Graph) -> list[tuple[Node, Node]]:
         """(wait, notifier) of every one-notify handshake: still to fold (a signal_wait that one-notify would
         rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier)."""
+        memo = _SWEEP.get(id(g))
+        if memo is not None and "pairs" in memo:
+            return memo["pairs"]
         pairs = []
         for node in g.nodes.values():
             if node.op == "signal_wait":
@@ -102,17 +108,27 @@ class MoeHandshakeDeps(Pass):
                     pairs.append((node, notifier))
             elif node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
                 pairs += [(node, v.producer) for v in node.deps if _silenced(v.producer, self.barrier_notifiers)]
+        if memo is not None:
+            memo["pairs"] = pairs
         return pairs
 
     def _wait_sites(self, g: Graph, wait: Node):
+        memo = _SWEEP.get(id(g))
+        if memo is None:
+            return self._wait_sites_of(g, wait)
+        key = ("sites", wait.name)
+        if key not in memo:
+            memo[key] = list(self._wait_sites_of(g, wait))
+        return iter(memo[key])
+
+    def _wait_sites_of(self, g: Graph, wait: Node):
         """The rule that applies to a signal_wait (one-notify before anchor-wait), or why none does."""
         name = wait.attrs.get("notifier", "")
         notifier = g.nodes.get(name)
         if notifier is None or notifier is wait or not is_notifier(notifier):
             yield Skip(wait.name, f"notifier '{name}' is not another notifying node of this graph")
             return
-        nxg = g.to_networkx()
-        if wait.name in nx.ancestors(nxg, notifier.name):
+        if _is_ancestor(g, wait, notifier):
             yield Skip(wait.name, f"%{notifier.name} runs after the wait: an edge would make a cycle")
             return
         if notifier.op in self.barrier_notifiers:
@@ -121,20 +137,20 @@ class MoeHandshakeDeps(Pass):
                 yield Site("one-notify", wait)
                 return
             yield Skip(wait.name, f"one-notify: {reason}")
-        if notifier.name in nx.ancestors(nxg, wait.name):
+        if _is_ancestor(g, notifier, wait):
             yield Skip(wait.name, f"already ordered after its notifier %{notifier.name}")
             return
         yield Site("anchor-wait", wait)
 
     def aer_role(self, g: Graph, node: Node) -> str | None:
         """Why `node` must not resolve early (None: AER may stay)."""
-        pairs = self.one_notify_pairs(g)
         if is_waiter(node):
             if self.drop_aer_on_waits:
                 return "a cross-rank wait"
-            if any(wait is node for wait, _ in pairs):
+            if any(wait is node for wait, _ in self.one_notify_pairs(g)):
                 return "the one-notify wait"
-        if any(notifier is node for _, notifier in pairs):
+        # a pair's notifier is always of a barrier_notifiers kind (one-notify needs it, _silenced checks it)
+        if node.op in self.barrier_notifiers and any(notifier is node for _, notifier in self.one_notify_pairs(g)):
             return "the scatter grid a one-notify wait is gated on"
         gate = next((v.producer for v in node.deps + node.operands
                      if v.type.is_token and v.producer is not None and is_waiter(v.producer)), None)
@@ -171,8 +187,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
 def _one_notify_refusal(g: Graph, wait: Node, notifier: Node) -> str | None:
     if notifier.attrs.get("notify_per") != "block":
         return f"%{notifier.name} does not notify per block"
-    others = [n.name for n in g.nodes.values()
-              if n is not wait and is_waiter(n) and n.attrs.get("notifier") == notifier.name]
+    others = [n.name for n in _linked(g, notifier.name) if n is not wait and is_waiter(n)]
     if others:
         return f"%{others[0]} also counts %{notifier.name}'s per-block notifies"
     per_epoch = notifies_per_epoch(notifier)
@@ -184,7 +199,7 @@ def _one_notify_refusal(g: Graph, wait: Node, notifier: Node) -> str | None:
 
 def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
     """Results of the notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine)."""
-    upstream = nx.ancestors(g.to_networkx(), notifier.name)
+    upstream = _ancestors(g, notifier)
     found = []
     for name in sorted(upstream):
         node = g.nodes.get(name)
@@ -194,6 +209,46 @@ def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
         if other is not None and other is not node and is_notifier(other) and other.results[0] not in found:
             found.append(other.results[0])
     return found
+
+
+_SWEEP: dict[int, dict] = {}   # id(graph) -> memo, alive during one match() sweep (see match)
+
+
+def _linked(g: Graph, notifier: str) -> list[Node]:
+    """The nodes whose `notifier` attribute names `notifier`, in g.nodes order (memoized in a sweep)."""
+    memo = _SWEEP.get(id(g))
+    if memo is None:
+        return [n for n in g.nodes.values() if n.attrs.get("notifier") == notifier]
+    if "linked" not in memo:
+        linked: dict[str, list[Node]] = {}
+        for n in g.nodes.values():
+            name = n.attrs.get("notifier")
+            if isinstance(name, str):
+                linked.setdefault(name, []).append(n)
+        memo["linked"] = linked
+    return memo["linked"].get(notifier, [])
+
+
+def _ancestors(g: Graph, node: Node) -> set[str]:
+    """Names of the nodes with a path to `node` over operand and deps edges: nx.ancestors on
+    g.to_networkx() (edges from producers that are nodes of g), without building the networkx graph."""
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        for v in (*cur.operands, *cur.deps):
+            p = v.producer
+            if p is None or p.name in seen or p.name not in g.nodes:
+                continue
+            seen.add(p.name)
+            stack.append(g.nodes[p.name])
+    seen.discard(node.name)
+    return seen
+
+
+def _is_ancestor(g: Graph, a: Node, b: Node) -> bool:
+    """Is `a` an ancestor of `b` (a path a → … → b)? `a.name in nx.ancestors(g.to_networkx(), b.name)`."""
+    return g.reaches(a, b)
 
 
 def _silenced(node: Node | None, kinds: tuple[str, ...]) -> bool:

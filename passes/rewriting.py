@@ -39,18 +39,16 @@ def replace_node(g: Graph, node: Node, values: Sequence[Value]) -> None:
 
 
 def set_operand(g: Graph, node: Node, index: int, value: Value) -> None:
-    node.operands[index] = value
-    g.invalidate()
+    g.set_operand(node, index, value)
 
 
 def set_deps(g: Graph, node: Node, deps: Sequence[Value]) -> None:
-    node.deps = list(deps)
-    g.invalidate()
+    g.set_deps(node, deps)
 
 
 def set_attrs(g: Graph, node: Node, **attrs) -> None:
     node.attrs = node.opdef.normalize_attrs({**node.attrs, **attrs})
-    g.invalidate()
+    g.touch()
 
 
 def erase_if_dead(g: Graph, node: Node) -> bool:

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from dspark_ir.graph import Graph, Node, Value
 
 from .base import Pass, RewriteRecord, Skip, register_pass
@@ -107,12 +105,31 @@ def _order_after(g: Graph, release: Node) -> list[Node]:
     """Give every rendezvous collective that is not already ordered around the release a dep on it: every rank must
     meet its peers in the same collective order, else two ranks each hold their cores at a different rendezvous
     and wait for the other (a deadlock). Returns the nodes that got the edge."""
-    graph = g.to_networkx()
-    ordered = nx.ancestors(graph, release.name) | nx.descendants(graph, release.name) | {release.name}
-    later = [n for n in g.topo_order() if n.name not in ordered and meets_peers(n)]
+    ordered = _reach(g, release, up=True) | _reach(g, release, up=False) | {release.name}
+    later = g.in_topo_order([n for n in g.nodes.values() if n.name not in ordered and meets_peers(n)])
     for node in later:
         _add_deps(g, node, [release.result])
     return later
+
+
+def _reach(g: Graph, start: Node, up: bool) -> set[str]:
+    """nx.ancestors (up) / nx.descendants of `start` on g.to_networkx(), by walking operands+deps
+    (up) or users (down) without building the networkx graph."""
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        cur = stack.pop()
+        if up:
+            nxt = [v.producer for v in (*cur.operands, *cur.deps)
+                   if v.producer is not None and v.producer.name in g.nodes]
+        else:
+            nxt = [u for v in cur.results for u in g.users(v)]
+        for n in nxt:
+            if n.name not in seen:
+                seen.add(n.name)
+                stack.append(g.nodes[n.name])
+    seen.discard(start.name)
+    return seen
 
 
 def _refusal(g: Graph, copy: Node) -> str | None:

@@ -157,4 +157,4 @@ def _retile(g: Graph, node: Node, tile: int) -> None:
     if extent.value(g.env) % tile:
         attrs["tail"] = "clamp"
     node.attrs = node.opdef.normalize_attrs(attrs)
-    g.invalidate()
+    g.touch()   # attributes only: edges and names are unchanged

@@ -233,6 +233,9 @@ def register_op(cls: type[OpDef]) -> type[OpDef]:
 
 
 def get_op(name: str) -> type[OpDef]:
+    cls = OP_REGISTRY.get(name)
+    if cls is not None:             # registration is append-only (register_op refuses a second one): no need
+        return cls                  # to load the op modules again
     from . import load_all
 
     load_all()

@@ -52,9 +52,12 @@ def _cache_path(start: str) -> str | bool:
 
 
 def parse_module(text: str, filename: str = "<input>") -> Module:
-    tree = _parse_tree(text, filename, "start")
-    load_all()
-    return Module([_GraphBuilder(filename).build(t) for t in tree.children])
+    from ..gctools import paused_gc
+
+    with paused_gc():                     # no result depends on it: see dspark_ir/gctools.py
+        tree = _parse_tree(text, filename, "start")
+        load_all()
+        return Module([_GraphBuilder(filename).build(t) for t in tree.children])
 
 
 def parse_graph(text: str, filename: str = "<input>") -> Graph:
