@@ -42,6 +42,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "after split-m-fanout: the other half of the kv_proj re-tiling (dspark-model 6(d)); it widens "
           "kv_rms_norm_rope and its rope-row materialiser together, last among the re-tiling passes so no "
           "later rewrite changes the tile it sized against the UB budget"),
+    Entry("tile-choice",
+          "after the re-tiling passes that fix grids: it needs split-m-fanout's final m_split (a larger M tile "
+          "must still give every M part a tile) and touches only matmul M tiles, none of which widen-tile "
+          "sizes; before deterministic-split-k, whose reduce task takes its row tile from the split-K task's "
+          "final tile. The cost model shows the seed's 16-row tiles re-streaming qr_proj's weight 8x "
+          "(perf: qr_proj_matmul 138 -> 42 us, qproj_matmul 90 -> 60 us)"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "

@@ -46,10 +46,11 @@ def test_fires_on_kv_proj_at_flash_tp4(layer, tmp_path):
     # edges unchanged: the seed is still an operand (it precedes all 64 blocks), the late_dep edge stays
     assert [v.name for v in kv.operands] == [v.name for v in was.operands]
     assert kv.operands[2].producer.op == "zeros" and [d.name for d in kv.deps] == ["attn.late_dep"]
-    # no other matmul is re-gridded
+    # no other matmul is re-gridded (the M tile inside a block is tile-choice's, later in the pipeline)
     for node in after.ops("matmul"):
         if node.name != KV and node.name in before.nodes:
-            assert node.attrs == before.nodes[node.name].attrs, node.name
+            grid = lambda attrs: {k: v for k, v in attrs.items() if k != "tile"}  # noqa: E731
+            assert grid(node.attrs) == grid(before.nodes[node.name].attrs), node.name
 
 
 def test_case_skip_reasons():
