@@ -1,0 +1,166 @@
+"""Estimated layer latency per pass configuration: all on, all off, leave-one-out, add-one-in.
+
+For each layer (at one shape: config, TP, batch, S, cache lengths) every variant of the pass pipeline
+(perf/ab.py) is lowered and estimated: per-kernel cycles from pypto's cost model (cached by kernel source
+hash; kernels without a pypto template get a roofline estimate, flagged), composed by the schedule model
+(perf/schedule.py), against the 910B2 roofline (perf/hardware.py).
+
+Writes into DIR: ab.md (tables), ab.json (every number), onoff.png, waterfall_<layer>.png and
+traces/<layer>.<variant>.trace.json (Perfetto / chrome://tracing) for all-off and default.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from dspark_ir.fsutil import OutputDir
+
+from ..common import UsageError
+
+NAME = "ab"
+HELP = "A/B matrix of the passes: estimated latency, Δ%%, roofline ratio, plots"
+DEFAULT_LAYERS = ("decode-swa", "decode-hca", "decode-csa")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("layers", nargs="*", metavar="LAYER", help=f"layers (default: {' '.join(DEFAULT_LAYERS)})")
+    p.add_argument("--config", default="flash", help="model config (default: flash)")
+    p.add_argument("--tp", type=int, default=4, help="tensor-parallel size (default: 4)")
+    p.add_argument("--batch", type=int, default=16, help="decode requests per rank B (default: 16)")
+    p.add_argument("--seq", type=int, default=8, help="tokens per request S (default: 8)")
+    p.add_argument("--csa-context", type=int, default=256, metavar="N",
+                   help="max_context of decode-csa (default 256: the seed's published 16 x 256 case; the static "
+                        "top-k bypass applies); 0 = the cache capacity")
+    p.add_argument("--hca-context", type=int, default=0, metavar="N",
+                   help="max_context of decode-hca (default 0 = the cache capacity)")
+    p.add_argument("--passes", default=None, metavar="A,B",
+                   help="passes for leave-one-out / add-one-in (default: every optimisation pass)")
+    p.add_argument("--no-loo", action="store_true", help="skip leave-one-out variants")
+    p.add_argument("--no-aoi", action="store_true", help="skip add-one-in variants")
+    p.add_argument("--no-steps", action="store_true", help="skip the waterfall's cumulative steps")
+    p.add_argument("--source", choices=("pypto", "roofline"), default="pypto",
+                   help="per-kernel costs: pypto's cost model (default) or the roofline only")
+    p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
+    p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
+    p.add_argument("--workers", type=int, default=2, help="pypto worker processes (default 2)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation (default 1800)")
+    p.add_argument("--pypto-program", action="store_true",
+                   help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
+    p.add_argument("-o", "--output", default="ab-out", metavar="DIR", help="output directory (default: ab-out)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--no-traces", action="store_true", help="no trace JSON files")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = ["dspark", "ab", *args.layers, "--config", args.config, "--tp", str(args.tp), "--batch",
+             str(args.batch), "--seq", str(args.seq), "--csa-context", str(args.csa_context), "--hca-context",
+             str(args.hca_context), "--source", args.source]
+    if args.passes:
+        parts += ["--passes", args.passes]
+    for flag in ("no_loo", "no_aoi", "no_steps", "offline", "pypto_program"):
+        if getattr(args, flag):
+            parts.append("--" + flag.replace("_", "-"))
+    if args.dispatch_cycles is not None:
+        parts += ["--dispatch-cycles", f"{args.dispatch_cycles:g}"]
+    parts += ["-o", args.output]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _cases(args):
+    from perf.ab import Case, Shape
+
+    layers = args.layers or list(DEFAULT_LAYERS)
+    cases = []
+    for layer in layers:
+        params = ()
+        if layer == "decode-csa" and args.csa_context:
+            params = (("max_context", args.csa_context),)
+        if layer == "decode-hca" and args.hca_context:
+            params = (("max_context", args.hca_context),)
+        cases.append(Case(layer, Shape(args.config, args.tp, args.batch, args.seq, params)))
+    return cases
+
+
+def _progress(total: int, disabled: bool):
+    if disabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="variant", file=sys.stderr, dynamic_ncols=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perf.ab import optimisation_passes, run_ab, variants
+    from perf.costs import PyptoCosts, RooflineCosts
+    from perf.schedule import ScheduleParams
+    from perf.trace import write_trace
+
+    known = optimisation_passes()
+    chosen = None
+    if args.passes:
+        chosen = [p.strip() for p in args.passes.split(",") if p.strip()]
+        bad = [p for p in chosen if p not in known]
+        if bad:
+            raise UsageError(f"--passes: '{bad[0]}' is not an optimisation pass of the default pipeline "
+                             f"({', '.join(known)})")
+    out = OutputDir(args.output)
+    cases = _cases(args)
+    vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
+    source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
+        workers=args.workers, timeout=args.timeout, offline=args.offline)
+    params = ScheduleParams() if args.dispatch_cycles is None else ScheduleParams(dispatch_cycles=args.dispatch_cycles)
+    program = None
+    if args.pypto_program:
+        from perf.program import cross_check
+
+        program = lambda r, c: cross_check(r.tg, r.estimate, params, workers=args.workers,  # noqa: E731
+                                          timeout=max(args.timeout, 3600.0))
+    bar = _progress(len(cases) * len(vlist), args.no_progress)
+    try:
+        report = run_ab(cases, source, params, variant_list=vlist, program=program, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    report.notes.append(f"Reproduce: `{command_line(args)}`")
+    report.notes.append(_cache_note(args, cases))
+    if isinstance(source, PyptoCosts):
+        report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run, {source.hits} cache hits "
+                            f"(cache {source.cache})")
+    written = [out.write_text("ab.md", report.markdown()),
+               out.write_text("ab.json", json.dumps(report.to_json(), indent=1, default=str) + "\n")]
+    if not args.no_traces:
+        for c in report.cases:
+            for name in ("all-off", "default"):
+                r = c.results.get(name)
+                if r is not None:
+                    path = out.path(f"traces/{c.case.layer}.{name}.trace.json")
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_trace(path, r.estimate.schedule, f"{c.case.label()} {name}")
+                    written.append(path)
+    if not args.no_plots:
+        written += report.plots(out.root)
+    _print_summary(report)
+    print(f"wrote {', '.join(str(w) for w in written[:3])}{' …' if len(written) > 3 else ''} ({len(written)} files)")
+    return 0
+
+
+def _cache_note(args, cases) -> str:
+    parts = []
+    for c in cases:
+        ctx = dict(c.shape.params).get("max_context")
+        parts.append(f"{c.layer}: {'max_context = ' + str(ctx) if ctx else 'cache capacity (no max_context)'}")
+    return "Cache lengths: " + "; ".join(parts) + "."
+
+
+def _print_summary(report) -> None:
+    for c in report.cases:
+        print(f"\n{c.case.label()}")
+        for line in report._case_table(c):
+            print(line)
+        for line in report._case_notes(c):
+            print(line.strip())

@@ -1,0 +1,31 @@
+"""Performance estimates of lowered DSpark layers, the pass A/B matrix and the compile-speed benchmark.
+
+    from perf import PyptoCosts, estimate
+    est = estimate(task_graph, PyptoCosts())      # cost-model cycles per kernel + the schedule model
+    est.makespan_us, est.serial_us, est.bound_us  # scheduled latency, serial sum, 910B2 roofline
+
+Modules (README.md beside this file has the exact schedule model and every constant's source):
+  hardware   910B2 constants (clock, cores, HBM, cube/vector peaks, AICPU dispatch), with sources
+  roofline   bytes / FLOPs / vector ops per task; chip and blocked roofline bounds
+  costs      per-kernel costs: pypto's cost model (cached by kernel source hash) or the roofline (flagged)
+  schedule   the schedule model: blocks on AIC/AIV cores, deps, dispatch overhead, span floor
+  estimate   layer estimate = costs + schedule + roofline; per-kernel rows
+  trace      the schedule as Perfetto / Chrome trace JSON
+  program    cross-check: the layer's templated part as one pypto program (pypto schedules it)
+  ab         the A/B matrix of passes (all on/off, leave-one-out, add-one-in, waterfall steps)
+  plots      PNG waterfall and on/off bars
+  model      the whole decode step (43 FLASH layers) as one graph
+  bench      compile-speed benchmark (parse → passes → lowering → pypto source)
+Importing `perf` imports neither pypto nor matplotlib.
+"""
+from __future__ import annotations
+
+from .costs import FunctionCosts, KernelCost, PyptoCosts, RooflineCosts
+from .estimate import LayerEstimate, estimate
+from .hardware import HARDWARE, Hardware
+from .schedule import Schedule, ScheduleParams, SchedTask, schedule
+
+__all__ = [
+    "FunctionCosts", "KernelCost", "PyptoCosts", "RooflineCosts", "LayerEstimate", "estimate", "HARDWARE",
+    "Hardware", "Schedule", "ScheduleParams", "SchedTask", "schedule",
+]

@@ -1,0 +1,386 @@
+"""The pass A/B matrix: estimated layer latency with all passes on, all off, leave-one-out and add-one-in.
+
+    report = run_ab([Case("decode-swa", Shape("flash", tp=4, batch=16, seq=8))], PyptoCosts())
+    report.markdown(), report.to_json(), report.plots(out_dir)
+
+Variants of one case (a layer at one shape), each a PassContext over the default pipeline:
+  all-off     every pass disabled: the layer exactly as the builder makes it (the seed's before form)
+  default     the default pipeline
+  cleanup     only canonicalize, cse and dce
+  -X          the default pipeline without pass X (leave-one-out)
+  +X          canonicalize, cse, X, dce (add-one-in: X with the cleanups that let its rewrite show)
+  step:N      the first N passes of the default pipeline, plus dce (the waterfall's cumulative steps)
+Every variant is lowered and estimated with the same cost source (perf/estimate.py). Δ% are
+improvements: (reference − variant) / reference, against all-off and against default.
+"fired" lists the passes that changed the graph in that variant.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+from .costs import CostSource
+from .estimate import LayerEstimate, estimate, fmt_us, kernel_table
+from .schedule import ScheduleParams, schedule, sched_tasks
+
+CLEANUP = ("canonicalize", "cse", "dce")
+
+
+@dataclass(frozen=True)
+class Shape:
+    config: str = "flash"
+    tp: int | None = None
+    batch: int | None = None
+    seq: int | None = None
+    params: tuple[tuple[str, Any], ...] = ()   # layer parameters, e.g. (("max_context", 256),)
+
+    def label(self) -> str:
+        parts = [self.config]
+        parts += [f"{k}={v}" for k, v in (("TP", self.tp), ("B", self.batch), ("S", self.seq)) if v is not None]
+        parts += [f"{k}={v}" for k, v in self.params]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Case:
+    layer: str
+    shape: Shape = Shape()
+
+    def label(self) -> str:
+        return f"{self.layer} [{self.shape.label()}]"
+
+    def build(self):
+        from dspark_ir import layers
+
+        s = self.shape
+        return layers.build(self.layer, config=s.config, tp=s.tp, batch=s.batch, seq=s.seq, **dict(s.params))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    kind: str                       # off | default | cleanup | loo | aoi | step
+    pass_name: str = ""
+    ctx: tuple[tuple[str, Any], ...] = ()
+
+    def context(self):
+        from passes import PassContext
+
+        kw = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.ctx}
+        return PassContext(use_env=False, verify_each=False, **kw)
+
+
+def pipeline_names() -> list[str]:
+    """Pass names of the default pipeline (entries on by default), in order."""
+    from passes.defaults import DEFAULT_PIPELINE
+    from passes.pipeline import parse_entries
+
+    return [parse_entries(e.spec, "default pipeline")[0].name for e in DEFAULT_PIPELINE if e.enabled]
+
+
+def optimisation_passes() -> list[str]:
+    return [n for n in pipeline_names() if n not in CLEANUP]
+
+
+def variants(passes: Sequence[str] | None = None, *, loo: bool = True, aoi: bool = True,
+             steps: bool = True) -> list[Variant]:
+    names = pipeline_names()
+    chosen = list(passes) if passes is not None else optimisation_passes()
+    out = [Variant("all-off", "off", ctx=(("disabled", tuple(names)),)),
+           Variant("default", "default"),
+           Variant("cleanup", "cleanup", ctx=(("only", CLEANUP),))]
+    if loo:
+        out += [Variant(f"-{p}", "loo", p, (("disabled", (p,)),)) for p in chosen]
+    if aoi:
+        out += [Variant(f"+{p}", "aoi", p, (("only", ("canonicalize", "cse", p, "dce")),)) for p in chosen]
+    if steps:
+        for k in range(1, len(names)):
+            prefix = tuple(names[:k]) + (() if "dce" in names[:k] else ("dce",))
+            out.append(Variant(f"step:{k}", "step", names[k - 1], (("only", prefix),)))
+    return out
+
+
+@dataclass
+class VariantResult:
+    variant: Variant
+    estimate: LayerEstimate
+    fired: list[str]
+    statuses: dict[str, str]
+    graph_nodes: int
+    tg: Any = None
+    program: dict | None = None        # pypto whole-program cross-check (perf/program.py)
+
+    @property
+    def latency_us(self) -> float:
+        return self.estimate.makespan_us
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    results: dict[str, VariantResult] = field(default_factory=dict)
+    dispatch: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> {cycles: makespan µs}
+    block_model: dict[str, float] = field(default_factory=dict)          # variant -> makespan, other block model
+    what_if: dict[str, float] = field(default_factory=dict)              # variant -> makespan, far kernels at roofline
+    far_kernels: list[str] = field(default_factory=list)                 # ops of those kernels (both variants)
+
+    def latency(self, name: str) -> float:
+        return self.results[name].latency_us
+
+    def delta(self, name: str, ref: str) -> float | None:
+        if ref not in self.results or name not in self.results:
+            return None
+        r = self.latency(ref)
+        return 100.0 * (r - self.latency(name)) / r if r else None
+
+    def pass_cost(self, name: str) -> float | None:
+        """What pass `name` adds to the default latency, % of the latency without it (leave-one-out)."""
+        loo = f"-{name}"
+        if loo not in self.results or "default" not in self.results:
+            return None
+        base = self.latency(loo)
+        return 100.0 * (self.latency("default") - base) / base if base else None
+
+    @property
+    def improvement(self) -> float | None:
+        """default vs all-off, % of the all-off latency."""
+        return self.delta("default", "all-off")
+
+
+@dataclass
+class ABReport:
+    cases: list[CaseResult]
+    source: str
+    params: ScheduleParams
+    notes: list[str] = field(default_factory=list)
+
+    # ---- text ------------------------------------------------------------------------------------
+    def markdown(self, kernels: int = 12) -> str:
+        lines = ["# dspark ab: estimated layer latency per pass configuration", "",
+                 f"Cost source: **{self.source}** (per-kernel cycles; `source` column per kernel). Schedule model: "
+                 f"perf/schedule.py, {self.params.cube_cores} AIC + {self.params.vector_cores} AIV, dispatch "
+                 f"{self.params.dispatch_cycles:g} cycles/task, {self.params.clock_hz / 1e9:g} GHz. Δ = improvement "
+                 "over the reference (positive = faster).", ""]
+        lines += [f"- {n}" for n in self.notes]
+        for c in self.cases:
+            lines += ["", f"## {c.case.label()}", ""]
+            lines += self._case_table(c)
+            lines += self._case_notes(c)
+            d = c.results.get("default")
+            if d is not None:
+                lines += ["", f"Slowest kernels of the default pipeline ({d.estimate.summary()}):", "",
+                          kernel_table(d.estimate, kernels)]
+            off = c.results.get("all-off")
+            if off is not None:
+                lines += ["", "Slowest kernels with all passes off:", "", kernel_table(off.estimate, kernels)]
+        return "\n".join(lines) + "\n"
+
+    def _case_table(self, c: CaseResult) -> list[str]:
+        lines = ["| variant | latency µs | serial µs | Δ vs all-off | Δ vs default | roofline µs | ratio | tasks | "
+                 "kernels | pypto/roofline | fired |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in c.results.items():
+            if r.variant.kind == "step":
+                continue
+            e = r.estimate
+            src = e.sources()
+            lines.append(
+                f"| {name} | {e.makespan_us:.1f} | {e.serial_us:.1f} | {_pct(c.delta(name, 'all-off'))} | "
+                f"{_pct(c.delta(name, 'default'))} | {e.bound_us:.1f} | {_ratio(e.ratio)} | {e.tasks} | {e.kernels} | "
+                f"{src.get('pypto', 0)}/{src.get('roofline', 0)} | {', '.join(r.fired) or '–'} |")
+        return lines
+
+    def _case_notes(self, c: CaseResult) -> list[str]:
+        out = []
+        if c.improvement is not None:
+            out.append(f"\n**default vs all-off: {c.improvement:+.1f} %** "
+                       f"({c.latency('all-off'):.1f} → {c.latency('default'):.1f} µs).")
+        for p in optimisation_passes():
+            cost = c.pass_cost(p)
+            if cost is not None and p == "deterministic-split-k":
+                out.append(f"- {p} costs {cost:+.2f} % of the latency (default vs -{p}; negative = it saves time)")
+        for name in ("default", "all-off"):
+            r = c.results.get(name)
+            if r is not None and r.estimate.roofline_share() > 0:
+                out.append(f"- {name}: {100 * r.estimate.roofline_share():.0f} % of the serial kernel time comes "
+                           "from roofline estimates (kernels without a pypto template, collectives): those are "
+                           "lower bounds, flagged `roofline` below.")
+        if c.dispatch:
+            parts = []
+            for name, m in c.dispatch.items():
+                parts.append(f"{name}: " + ", ".join(f"{k} cyc → {v:.1f} µs" for k, v in m.items()))
+            out.append("- dispatch sensitivity (makespan): " + "; ".join(parts))
+        if c.block_model and "all-off" in c.block_model and "default" in c.block_model:
+            off, on = c.block_model["all-off"], c.block_model["default"]
+            other = "span" if self.params.block_model == "work" else "work"
+            out.append(f"- block-model sensitivity (`{other}` blocks: every kernel keeps the parallelism pypto found "
+                       f"inside it): all-off {off:.1f} µs → default {on:.1f} µs ({100 * (off - on) / off:+.1f} %)")
+        if c.what_if and "all-off" in c.what_if and "default" in c.what_if:
+            off, on = c.what_if["all-off"], c.what_if["default"]
+            out.append(f"- what-if (a diagnostic, not an estimate): with every cost-model kernel that is more than "
+                       f"{WHAT_IF_RATIO:g}× over its roofline ({', '.join(c.far_kernels) or 'none'}) replaced by its "
+                       f"blocked roofline in both variants: all-off {off:.1f} µs → default {on:.1f} µs "
+                       f"({100 * (off - on) / off:+.1f} %)")
+        held = _holding_back(c)
+        if held:
+            out.append("- on the default critical path (kernels common to both variants, alone µs / roofline ×): "
+                       + ", ".join(held))
+        progs = {n: r.program for n, r in c.results.items() if r.program}
+        if progs:
+            out.append("- pypto whole-program cross-check: " + "; ".join(_program_text(n, p) for n, p in progs.items()))
+            verdict = program_verdict(c)
+            if verdict:
+                out.append(f"- {verdict}")
+        return out
+
+    def to_json(self) -> dict:
+        cases = []
+        for c in self.cases:
+            rows = []
+            for name, r in c.results.items():
+                e = r.estimate
+                rows.append({"variant": name, "kind": r.variant.kind, "pass": r.variant.pass_name or None,
+                             "latency_us": e.makespan_us, "serial_us": e.serial_us, "critical_us": e.critical_us,
+                             "delta_vs_off_pct": c.delta(name, "all-off"),
+                             "delta_vs_default_pct": c.delta(name, "default"),
+                             "roofline_us": e.bound_us, "roofline_limit": e.bound.limit, "roofline_ratio": e.ratio,
+                             "tasks": e.tasks, "kernels": e.kernels, "nodes": r.graph_nodes,
+                             "sources": e.sources(), "roofline_share": e.roofline_share(),
+                             "fired": r.fired, "passes": r.statuses, "program": r.program,
+                             "kernel_rows": [k.to_json() for k in e.rows] if r.variant.kind in ("default", "off") else None})
+            cases.append({"layer": c.case.layer, "shape": c.case.shape.label(), "label": c.case.label(),
+                          "improvement_pct": c.improvement, "dispatch_sensitivity": c.dispatch,
+                          "block_model_sensitivity": c.block_model, "what_if_far_kernels_at_roofline": c.what_if,
+                          "far_kernels": c.far_kernels, "holding_back": _holding_back(c),
+                          "pass_cost_pct": {p: c.pass_cost(p) for p in optimisation_passes()}, "variants": rows})
+        return {"schema": "dspark-ab/1", "source": self.source,
+                "schedule": {"cube_cores": self.params.cube_cores, "vector_cores": self.params.vector_cores,
+                             "dispatch_cycles": self.params.dispatch_cycles, "clock_hz": self.params.clock_hz},
+                "notes": self.notes, "cases": cases}
+
+    # ---- plots -----------------------------------------------------------------------------------
+    def plots(self, out_dir) -> list[str]:
+        from .plots import onoff_bars, waterfall
+
+        written = [onoff_bars(self, out_dir)]
+        for c in self.cases:
+            path = waterfall(c, out_dir)
+            if path:
+                written.append(path)
+        return [w for w in written if w]
+
+
+WHAT_IF_RATIO = 10.0
+
+
+def _holding_back(c: CaseResult, top: int = 6) -> list[str]:
+    d, o = c.results.get("default"), c.results.get("all-off")
+    if d is None or o is None:
+        return []
+    common = {r.name for r in o.estimate.rows}
+    rows = [r for r in d.estimate.critical_rows() if r.name in common]
+    rows.sort(key=lambda r: -r.alone_us)
+    return [f"`{r.name}` {r.alone_us:.0f} µs / {r.ratio:.0f}×" if r.ratio else f"`{r.name}` {r.alone_us:.0f} µs"
+            for r in rows[:top]]
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f} %"
+
+
+def _ratio(x: float | None) -> str:
+    return "–" if x is None or math.isinf(x) else f"{x:.2f}"
+
+
+def _program_text(name: str, p: Mapping) -> str:
+    if not p.get("ok"):
+        return f"{name}: pypto program failed ({p.get('error', '?')[:120]})"
+    return (f"{name}: pypto {p['pypto_us']:.1f} µs vs our schedule {p['ours_us']:.1f} µs for the same "
+            f"{p['tasks']} tasks")
+
+
+def program_verdict(c: CaseResult) -> str:
+    """Does the A/B verdict (default faster than all-off) hold on pypto's own schedule too?"""
+    d, o = c.results.get("default"), c.results.get("all-off")
+    if not d or not o or not d.program or not o.program or not d.program.get("ok") or not o.program.get("ok"):
+        return ""
+    ours = d.program["ours_us"] < o.program["ours_us"]
+    theirs = d.program["pypto_us"] < o.program["pypto_us"]
+    if ours == theirs:
+        return (f"A/B verdict on the cross-checked part agrees: default is {'faster' if ours else 'not faster'} "
+                "under both our schedule and pypto's runtime model")
+    return ("A/B verdict DISAGREES on the cross-checked part: our schedule says default is "
+            f"{'faster' if ours else 'slower'}, pypto's whole-program run says {'faster' if theirs else 'slower'}")
+
+
+# ---- driver ------------------------------------------------------------------------------------------
+def run_variant(g, v: Variant, source: CostSource, params: ScheduleParams, label: str,
+                progress: Callable[[int, int], None] | None = None) -> VariantResult:
+    from lowering import build_task_graph
+    from passes import run_pipeline
+
+    result = run_pipeline(g, ctx=v.context())
+    tg = build_task_graph(result.graph)
+    est = estimate(tg, source, params, label=f"{label} {v.name}", progress=progress)
+    statuses = {r.name: r.status for r in result.runs}
+    fired = [r.name for r in result.runs if r.status == "changed"]
+    return VariantResult(v, est, fired, statuses, len(result.graph), tg)
+
+
+def _far_at_roofline(r: VariantResult, ratio: float):
+    """Costs with every pypto-sourced kernel whose alone time exceeds `ratio` × its chip roofline replaced by
+    its blocked roofline estimate: a what-if that shows how much of a layer those kernels hold back."""
+    from .costs import roofline_cost
+
+    costs = dict(r.estimate.schedule.costs)
+    far: set[str] = set()
+    for row in r.estimate.rows:
+        far_off = row.ratio > ratio if row.ratio is not None else row.alone_us > 0   # no bound: a no-op on device
+        if row.source == "pypto" and far_off:
+            costs[row.id] = roofline_cost(r.tg.tasks[row.id], note="what-if")
+            far.add(row.op)
+    return costs, far
+
+
+def run_ab(cases: Sequence[Case], source: CostSource, params: ScheduleParams | None = None, *,
+           variant_list: Sequence[Variant] | None = None, dispatch_sweep: Sequence[float] = (0.0, 3600.0),
+           what_if_ratio: float = 10.0,
+           program: Callable[[VariantResult, CaseResult], dict] | None = None,
+           progress: Any = None) -> ABReport:
+    """Run every variant of every case. `progress` is a tqdm-like object (update/set_postfix_str) or None."""
+    params = params or ScheduleParams()
+    vlist = list(variant_list) if variant_list is not None else variants()
+    out = []
+    for case in cases:
+        g = case.build()
+        cr = CaseResult(case)
+        for v in vlist:
+            if progress is not None:
+                progress.set_postfix_str(f"{case.layer} {v.name}")
+
+            def kernels(done: int, total: int, _v=v) -> None:
+                if progress is not None:
+                    progress.set_postfix_str(f"{case.layer} {_v.name}: pypto {done}/{total} kernels")
+
+            cr.results[v.name] = run_variant(g, v, source, params, case.layer, kernels)
+            if progress is not None:
+                progress.update(1)
+        for name in ("all-off", "default"):
+            r = cr.results.get(name)
+            if r is None:
+                continue
+            sweep = {}
+            for cyc in (*dispatch_sweep, params.dispatch_cycles):
+                p = replace(params, dispatch_cycles=cyc)
+                sweep[f"{cyc:g}"] = schedule(sched_tasks(r.tg), r.estimate.schedule.costs, p).makespan_us
+            cr.dispatch[name] = dict(sorted(sweep.items(), key=lambda kv: float(kv[0])))
+            span = replace(params, block_model="span" if params.block_model == "work" else "work")
+            cr.block_model[name] = schedule(sched_tasks(r.tg), r.estimate.schedule.costs, span).makespan_us
+            costs, far = _far_at_roofline(r, what_if_ratio)
+            cr.what_if[name] = schedule(sched_tasks(r.tg), costs, params).makespan_us
+            cr.far_kernels = sorted(set(cr.far_kernels) | far)
+            if program is not None:
+                r.program = program(r, cr)
+        out.append(cr)
+    return ABReport(out, source.name, params)

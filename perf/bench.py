@@ -1,0 +1,189 @@
+"""Compile-speed benchmark of our own pipeline: parse → passes → lowering → pypto source.
+
+    results = run_bench(config="flash", repeat=3)      # one layer, the full model, the doubled model
+    print(bench_table(results))
+
+Each case starts from the graph's .dsir text (printed once, untimed) and times, best of `repeat` runs (CPU
+seconds of this process by default, so other load on a shared machine does not count; `cpu=False` for wall):
+  parse     `parse_graph(text)` (lark grammar + verifier of the parsed graph)
+  passes    `run_pipeline` with the default pipeline (`ctx_factory` gives the PassContext; the CLI's default
+            verifies once at the end, `--verify-each` after every pass)
+  lowering  `build_task_graph` (buffers, views, hazards, deps, transitive reduction)
+  codegen   `kernel_module` for every kernel task + `orchestrate_source` (the pypto files `dspark lower` writes)
+Cases: each attention layer kind alone, one decoder layer (CSA attention + MoE), the full model
+(`perf.model.model_graph`: 43 decoder layers, attention + MoE each) and the model twice over (86 layers).
+The ratios (full / one decoder layer, doubled / full) are computed from the same run, so machine load
+affects numerator and denominator alike.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+STAGES = ("parse", "passes", "lowering", "codegen")
+
+
+@dataclass
+class BenchCase:
+    name: str
+    nodes: int
+    tasks: int = 0
+    kernels: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)   # best of the repeats, per stage
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.get(s, 0.0) for s in STAGES)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "nodes": self.nodes, "tasks": self.tasks, "kernels": self.kernels,
+                "seconds": dict(self.seconds), "total": self.total, "runs": self.runs}
+
+
+def compile_once(text: str, ctx_factory: Callable[[], object] | None = None,
+                 cpu: bool = False) -> tuple[dict[str, float], tuple]:
+    """One pass through the pipeline from .dsir text; returns (stage seconds, (graph, task graph))."""
+    from dspark_ir import parse_graph
+    from lowering import build_task_graph
+    from lowering.codegen import kernel_module
+    from lowering.emit import orchestrate_source
+    from passes import PassContext, run_pipeline
+
+    times: dict[str, float] = {}
+    clock = time.process_time if cpu else time.perf_counter
+    t0 = clock()
+    g = parse_graph(text)
+    t1 = clock()
+    ctx = ctx_factory() if ctx_factory is not None else PassContext(use_env=False)
+    result = run_pipeline(g, ctx=ctx)
+    t2 = clock()
+    tg = build_task_graph(result.graph)
+    t3 = clock()
+    sources = [kernel_module(t, tg) for t in tg.kernels]
+    sources.append(orchestrate_source(tg))
+    t4 = clock()
+    times.update(parse=t1 - t0, passes=t2 - t1, lowering=t3 - t2, codegen=t4 - t3)
+    return times, (result.graph, tg)
+
+
+def bench_case(name: str, graph, repeat: int = 3, ctx_factory=None, cpu: bool = True) -> BenchCase:
+    from dspark_ir import print_graph
+
+    text = print_graph(graph)
+    case = BenchCase(name, len(graph))
+    for _ in range(max(1, repeat)):
+        gc.collect()
+        times, (_g, tg) = compile_once(text, ctx_factory, cpu=cpu)
+        case.runs.append(times)
+        case.tasks, case.kernels = len(tg), len(tg.kernels)
+    case.seconds = {s: min(r[s] for r in case.runs) for s in STAGES}
+    return case
+
+
+@dataclass
+class BenchResult:
+    config: str
+    cases: list[BenchCase]
+    clock: str = "CPU"
+    target_model_s: float = 2.0
+    target_doubling: float = 2.2
+
+    def case(self, name: str) -> BenchCase:
+        return next(c for c in self.cases if c.name == name)
+
+    def ratios(self) -> dict[str, float]:
+        names = {c.name for c in self.cases}
+        out = {}
+        if {"decoder layer", "model"} <= names:
+            out["model / decoder layer"] = self.case("model").total / self.case("decoder layer").total
+        if {"model", "model x2"} <= names:
+            out["model x2 / model"] = self.case("model x2").total / self.case("model").total
+        return out
+
+    def verdicts(self) -> dict[str, str]:
+        out = {}
+        names = {c.name for c in self.cases}
+        if "model" in names:
+            t = self.case("model").total
+            out["model < %.1f s" % self.target_model_s] = f"{'met' if t < self.target_model_s else 'NOT met'} ({t:.2f} s)"
+        r = self.ratios().get("model x2 / model")
+        if r is not None:
+            out["doubling ≤ %.1f×" % self.target_doubling] = f"{'met' if r <= self.target_doubling else 'NOT met'} ({r:.2f}×)"
+        return out
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "clock": self.clock, "cases": [c.to_json() for c in self.cases],
+                "ratios": self.ratios(), "verdicts": self.verdicts()}
+
+
+def run_bench(config: str = "flash", *, repeat: int = 3, model: bool = True, doubled: bool = True,
+              kinds: bool = True, ctx_factory=None, cpu: bool = True,
+              progress: Callable[[str], None] | None = None) -> BenchResult:
+    from dspark_ir import layers
+
+    from .model import model_graph
+
+    cases = []
+
+    def add(name: str, build):
+        if progress:
+            progress(name)
+        cases.append(bench_case(name, build(), repeat, ctx_factory, cpu))
+
+    if kinds:
+        for kind in ("decode-swa", "decode-hca", "decode-csa", "moe"):
+            add(kind, lambda kind=kind: layers.build(kind, config=config))
+    add("decoder layer", lambda: _decoder_layer(config))
+    if model:
+        add("model", lambda: model_graph(config))
+        if doubled:
+            add("model x2", lambda: model_graph(config, repeat=2))
+    return BenchResult(config, cases, clock="CPU" if cpu else "wall-clock")
+
+
+def _decoder_layer(config: str):
+    """One CSA decoder layer (attention + MoE), spliced like the model splices each of its layers."""
+    return _single(config, "csa")
+
+
+def _single(config: str, kind: str):
+    from dspark_ir import layers as L
+    from dspark_ir.graph import Graph
+
+    from .model import SHARED_SYMBOLS, _splice
+
+    att = L.build(f"decode-{kind}", config=config)
+    moe = L.build("moe", config=config, layer_id=3)
+    symbols = {k: v for k, v in att.symbols.items() if k in SHARED_SYMBOLS}
+    ranks = max(int(att.attributes.get("ranks", 1)), int(moe.attributes.get("ranks", 1)))
+    g = Graph(f"{config}_decoder_layer", symbols, {"config": config, "tp": att.attributes.get("tp"),
+                                                   "ranks": ranks, "layer": "model", "layers": 1})
+    shared: dict = {}
+    x = _splice(g, att, "L0.", None, shared)
+    x = _splice(g, moe, "L0.moe.", x, shared)
+    g.returns.insert(0, x)
+    g.set_returns(g.returns)
+    return g
+
+
+def bench_table(result: BenchResult) -> str:
+    runs = len(result.cases[0].runs) if result.cases else 0
+    lines = [f"Compile speed, config {result.config} ({result.clock} seconds, best of {runs} runs)", "",
+             "| case | nodes | tasks | kernels | parse | passes | lowering | codegen | total |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in result.cases:
+        s = c.seconds
+        lines.append(f"| {c.name} | {c.nodes} | {c.tasks} | {c.kernels} | {s['parse']:.3f} | {s['passes']:.3f} | "
+                     f"{s['lowering']:.3f} | {s['codegen']:.3f} | **{c.total:.3f}** |")
+    ratios = result.ratios()
+    if ratios:
+        lines += ["", "| ratio (same run) | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f}× |" for k, v in ratios.items()]
+    verdicts = result.verdicts()
+    if verdicts:
+        lines += ["", "| target | verdict |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in verdicts.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,341 @@
+"""Roofline work of a lowered task: bytes it moves through GM and the arithmetic it does.
+
+`task_work(task)` gives a `Work`: GM bytes read and written, cube FLOPs (16-bit or int8 rate), vector
+element ops, and bytes sent to other chips (collectives). `bound_seconds(work, hw)` is the chip-level
+roofline: max(bytes / HBM bandwidth, cube FLOPs / cube peak, vector ops / vector peak, remote / link).
+`blocked_seconds(work, kind, blocks, hw)` is the same bound for a task that can only use
+`min(blocks, cores)` cores (one core cannot pull the whole HBM bandwidth): the estimate used for kernels
+that have no pypto template yet (source "roofline").
+
+Counting rules (documented approximations, one per op kind where the default is wrong):
+* default bytes: every argument's view once (`inout` twice: read and write). Ops that index into a large
+  cache or table count the rows they touch instead (a gather reads its output's worth of rows, a cache
+  write-back writes its input's rows): the `_SPARSE` table.
+* cube FLOPs: 2·M·K·N per product, from the operand shapes (`_CUBE` table); int8 products at the int8 rate.
+* vector ops: the elements of the largest argument × a per-op factor (`_VECTOR_FACTOR`, default 2:
+  load-convert-compute), plus the softmax of attention scores for the mix ops.
+Collectives (`collective=True`) also count the bytes that leave the chip.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lowering.taskgraph import Arg, Task
+
+from .hardware import HARDWARE, Hardware
+
+ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
+
+
+@dataclass
+class Work:
+    read: float = 0.0            # GM bytes read
+    written: float = 0.0         # GM bytes written
+    cube_flops: float = 0.0      # 16-bit (or fp32) cube FLOPs
+    cube_int8: float = 0.0       # int8 cube ops
+    vector_ops: float = 0.0      # fp32-width element ops
+    remote: float = 0.0          # bytes sent to other chips
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> float:
+        return self.read + self.written
+
+    def to_json(self) -> dict:
+        return {"read": self.read, "written": self.written, "cube_flops": self.cube_flops,
+                "cube_int8": self.cube_int8, "vector_ops": self.vector_ops, "remote": self.remote}
+
+    def __add__(self, other: "Work") -> "Work":
+        return Work(self.read + other.read, self.written + other.written, self.cube_flops + other.cube_flops,
+                    self.cube_int8 + other.cube_int8, self.vector_ops + other.vector_ops,
+                    self.remote + other.remote)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+def nbytes(a: Arg) -> int:
+    return math.prod(a.shape) * ITEMSIZE.get(a.dtype, 4)
+
+
+def numel(a: Arg) -> int:
+    return math.prod(a.shape)
+
+
+def arg(task: Task, param: str) -> Arg | None:
+    for a in task.args:
+        if a.param == param or a.param == f"{param}_in":
+            return a
+    return None
+
+
+def _size(task: Task, param: str) -> int:
+    a = arg(task, param)
+    return nbytes(a) if a is not None else 0
+
+
+# ---- sparse-access overrides: param -> bytes it really moves ---------------------------------------
+def _gather_rows(big: str, out: str):
+    def rule(t: Task) -> dict[str, float]:
+        return {big: float(_size(t, out) * ITEMSIZE.get(arg(t, big).dtype, 2) / ITEMSIZE.get(arg(t, out).dtype, 2))
+                if arg(t, big) and arg(t, out) else 0.0}
+    return rule
+
+
+def _write_rows(cache: str, src: str, rows_of: Callable[[Task], int] | None = None):
+    """An in-place cache update: it reads nothing of the cache and writes the source's rows."""
+    def rule(t: Task) -> dict[str, float]:
+        c, s = arg(t, cache), arg(t, src)
+        if c is None or s is None:
+            return {}
+        row = math.prod(c.shape[1:]) * ITEMSIZE.get(c.dtype, 2)
+        rows = rows_of(t) if rows_of else s.shape[0]
+        return {cache: float(rows * row)}
+    return rule
+
+
+def _requests(t: Task) -> int:
+    b = arg(t, "kv_seq_len") or arg(t, "cmp_block_table") or arg(t, "state_block_table")
+    return b.shape[0] if b is not None else 1
+
+
+def _score_rows(t: Task) -> dict[str, float]:
+    """idx_score reads, per request, the visible compressed rows (≤ max_visible) of the INT8 cache + scales."""
+    visible = int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0)
+    cache, scale = arg(t, "idx_kv_cache"), arg(t, "idx_kv_scale")
+    reqs = _requests(t)
+    out = {}
+    if cache is not None:
+        out["idx_kv_cache"] = float(reqs * visible * math.prod(cache.shape[1:]) * ITEMSIZE[cache.dtype])
+    if scale is not None:
+        out["idx_kv_scale"] = float(reqs * visible * ITEMSIZE[scale.dtype])
+    return out
+
+
+def _csa_qk_rows(t: Task) -> dict[str, float]:
+    """csa_qk_pv reads WIN window rows per token from kv_cache and its top-k compressed rows from cmp_kv."""
+    out = {}
+    kv, win, cmp, idx = arg(t, "kv_cache"), arg(t, "swa_indices"), arg(t, "cmp_kv"), arg(t, "cmp_sparse_indices")
+    if kv is not None and win is not None:
+        out["kv_cache"] = float(numel(win) * kv.shape[-1] * ITEMSIZE[kv.dtype])
+    if cmp is not None and idx is not None:
+        out["cmp_kv"] = float(numel(idx) * cmp.shape[-1] * ITEMSIZE[cmp.dtype])
+    return out
+
+
+def _state_rows(t: Task) -> dict[str, float]:
+    """The compressor ring state: the step's rows are read and written (kv + score rows, f32)."""
+    rows = _size(t, "kv") + _size(t, "score")
+    return {"state": float(2 * rows)}
+
+
+def _routed_rows(t: Task) -> dict[str, float]:
+    """MoE windows are sized for the worst case (EP·MOE_TOKENS rows per expert); a rank handles its share."""
+    out = {}
+    y = arg(t, "routed_y")
+    for a in t.args:
+        if a.param.startswith("recv_") and y is not None and len(a.shape) >= 2:
+            row = math.prod(a.shape[2:]) * ITEMSIZE[a.dtype]
+            out[a.param] = float(y.shape[0] * row)
+    return out
+
+
+_SPARSE: dict[str, Callable[[Task], dict[str, float]]] = {
+    "swa_gather_kv": _gather_rows("kv_cache", "out"),
+    "hca_cmp_work_gather": _gather_rows("cmp_kv", "rows"),
+    "rope_tables": lambda t: {"rope_cos": float(_size(t, "cos_il")), "rope_sin": float(_size(t, "sin_signed"))},
+    "rope_gather_rows": lambda t: {"rope_cos": float(_size(t, "cos")), "rope_sin": float(_size(t, "sin"))},
+    "swa_cache_writeback": _write_rows("kv_cache", "kv"),
+    "kv_cache_writeback": _write_rows("kv_cache", "kv"),
+    "swa_cache_insert_valid_bias": _write_rows("kv_cache", "kv"),
+    "cmp_scatter_softmax_pool": _state_rows,
+    "cmp_rmsnorm_rope_cache_write": _write_rows("cmp_kv", "pooled"),
+    "idx_kv_cache_write": lambda t: {**_write_rows("idx_kv_cache", "k")(t),
+                                     "idx_kv_scale": float(arg(t, "k").shape[0] * 4) if arg(t, "k") else 0.0},
+    "idx_score": _score_rows,
+    "csa_qk_pv": _csa_qk_rows,
+    "kv_touch": lambda t: {"kv_cache": 0.0},          # a WAR marker: a no-op self copy on the device
+    "moe_dispatch_push": _routed_rows,
+    "moe_dispatch_gather": lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
+                                      for a in t.args if len(a.shape) >= 2 and a.shape[0] == 16},
+    "moe_expert_routed": lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
+                                    for a in t.args if a.param.startswith("recv_") or a.param == "out"},
+    "moe_combine": _routed_rows,
+}
+
+
+# ---- cube work: (flops, int8?) -------------------------------------------------------------------------
+def _mm(m: int, k: int, n: int) -> float:
+    return 2.0 * m * k * n
+
+
+def _matmul(t: Task) -> tuple[float, bool]:
+    a, b = arg(t, "a"), arg(t, "b")
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-2] if t.attrs.get("trans_b") else b.shape[-1]
+    lead = math.prod(a.shape[:-2]) if len(a.shape) > 2 else 1
+    return lead * _mm(m, k, n), a.dtype == "i8"
+
+
+def _attention(q_param: str, keys: Callable[[Task], int]):
+    """QK^T and PV of every query head against `keys(t)` rows per token: 4·T·H·keys·D."""
+    def rule(t: Task) -> tuple[float, bool]:
+        q = arg(t, q_param)
+        tokens, heads, dim = q.shape[0], math.prod(q.shape[1:-1]), q.shape[-1]
+        return 4.0 * tokens * heads * keys(t) * dim, False
+    return rule
+
+
+def _rows_dim(param: str, axis: int = 1):
+    return lambda t: arg(t, param).shape[axis] if arg(t, param) is not None else 0
+
+
+def _last_out(t: Task) -> Arg:
+    outs = [a for a in t.args if a.direction == "out"]
+    return outs[0] if outs else t.args[-1]
+
+
+_CUBE: dict[str, Callable[[Task], tuple[float, bool]]] = {
+    "matmul": _matmul,
+    "hc_pre_linear": lambda t: (_mm(arg(t, "x_hc").shape[0], math.prod(arg(t, "x_hc").shape[1:]),
+                                    arg(t, "hc_fn").shape[0]), False),
+    "cmp_kv_score_proj": lambda t: (2 * _mm(arg(t, "x").shape[0], arg(t, "x").shape[1], arg(t, "wkv").shape[0]), False),
+    "o_proj_a": lambda t: (_mm(_last_out(t).shape[0], arg(t, "wo_a").shape[-1], arg(t, "wo_a").shape[-2]), False),
+    "o_proj_b": lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True),
+    "qk_pv": _attention("q", _rows_dim("kv_rows")),
+    "hca_raw_attn": _attention("q", _rows_dim("rows")),
+    "hca_cmp_qk_pv": _attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
+    "csa_qk_pv": _attention("q", _rows_dim("sparse_bias")),
+    "idx_score": lambda t: (2.0 * arg(t, "q").shape[0] * arg(t, "q").shape[1] * arg(t, "q").shape[2]
+                            * int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0), True),
+    "idx_hadamard_matmul": lambda t: (_mm(numel(arg(t, "q")) // arg(t, "q").shape[-1], arg(t, "q").shape[-1],
+                                          arg(t, "hadamard").shape[-1]), False),
+    "idx_weights_proj": lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], arg(t, "weights_proj").shape[1]), False),
+    "cmp_kv_hadamard": lambda t: (_mm(arg(t, "y").shape[0], arg(t, "y").shape[1], arg(t, "hadamard").shape[1]), False),
+    "moe_gate": lambda t: (_mm(arg(t, "xg").shape[0], arg(t, "xg").shape[1], arg(t, "gate_w").shape[0]), False),
+    "moe_expert_shared": lambda t: (3 * _mm(arg(t, "x_i8").shape[0], arg(t, "x_i8").shape[1], arg(t, "w1").shape[0]), True),
+    "moe_expert_routed": lambda t: (3 * _mm(768, arg(t, "recv_x").shape[-1], arg(t, "w1").shape[-2]), True),
+}
+
+# vector element ops per element of the largest argument
+_VECTOR_FACTOR = {
+    "comb_sinkhorn": 20 * 12, "qproj_dequant_rms_nope_rope": 10, "kv_rms_norm_rope": 10, "merge_norm": 10,
+    "csa_merge_norm": 10, "hca_stream_merge": 8, "hca_stream_pack": 6, "hca_stream_merge_pack": 12,
+    "qr_rms_norm_quant": 8, "rmsnorm": 6, "hc_pre_rms": 3, "hc_post": 6, "mix_x": 3, "idx_q_quant": 6,
+    "idx_qr_rope": 6, "idx_topk": 80, "moe_route_sort": 40, "quant_rows": 6, "o_proj_b_dequant": 4,
+    "moe_ffn_norm": 6, "moe_x_norm_quant": 6,
+}
+_SOFTMAX_OPS = 6  # max, sub, exp, sum, scale, cast per attention score
+
+
+def task_work(task: Task) -> Work:
+    """Bytes and arithmetic of one task (zero for dummies)."""
+    if task.is_dummy:
+        return Work()
+    sparse = _SPARSE.get(task.op, lambda _t: {})(task)
+    w = Work()
+    largest = 0.0                       # elements of the largest argument, as far as the task touches it
+    for a in task.args:
+        moved = sparse.get(a.param, sparse.get(a.param.removesuffix("_in")))
+        size = float(nbytes(a)) if moved is None else moved
+        largest = max(largest, size / ITEMSIZE.get(a.dtype, 4))
+        if a.direction == "in":
+            w.read += size
+        elif a.direction == "out":
+            w.written += size
+        elif moved is not None:            # an in-place cache update counted by its touched rows
+            w.written += size
+        else:
+            w.read += size
+            w.written += size
+    cube = _CUBE.get(task.op)
+    if cube is not None:
+        flops, int8 = cube(task)
+        if int8:
+            w.cube_int8 += flops
+        else:
+            w.cube_flops += flops
+        if task.core == "mix" and task.op in ("qk_pv", "hca_raw_attn", "hca_cmp_qk_pv", "csa_qk_pv"):
+            w.vector_ops += flops / 4 / _head_dim(task) * _SOFTMAX_OPS
+    if cube is None or task.core != "cube":
+        w.vector_ops += largest * _VECTOR_FACTOR.get(task.op, 2)
+    if task.collective:
+        w.remote += _remote_bytes(task)
+    return w
+
+
+def _head_dim(task: Task) -> int:
+    q = arg(task, "q")
+    return q.shape[-1] if q is not None else 1
+
+
+def _remote_bytes(task: Task) -> float:
+    """Bytes leaving the chip: the (tp-1)/tp share of what the collective exchanges."""
+    tp = int(task.attrs.get("tp") or 1)
+    if tp <= 1:
+        return 0.0
+    moved = max((nbytes(a) for a in task.args), default=0)
+    return moved * (tp - 1) / tp
+
+
+# ---- bounds --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bound:
+    seconds: float
+    limit: str          # hbm | cube | vector | link | none
+    terms: dict
+
+    def cycles(self, hw: Hardware = HARDWARE) -> float:
+        return hw.cycles(self.seconds)
+
+    def us(self) -> float:
+        return self.seconds * 1e6
+
+
+def bound(work: Work, hw: Hardware = HARDWARE, *, cube: int | None = None, vector: int | None = None,
+          gm_cores: int | None = None) -> Bound:
+    """max over the roofline terms, with `cube`/`vector` cores (default: the whole chip)."""
+    n_cube = hw.cube_cores if cube is None else cube
+    n_vec = hw.vector_cores if vector is None else vector
+    gm_bw = hw.hbm_bytes_per_s if gm_cores is None else hw.gm_bytes_per_s(gm_cores)
+    terms = {
+        "hbm": work.bytes / gm_bw if work.bytes else 0.0,
+        "cube": (work.cube_flops / (n_cube * hw.cube_flops_per_cycle * hw.clock_hz)
+                 + work.cube_int8 / (n_cube * hw.cube_int8_ops_per_cycle * hw.clock_hz)) if n_cube else
+                (float("inf") if work.cube_flops or work.cube_int8 else 0.0),
+        "vector": work.vector_ops / (n_vec * hw.vector_ops_per_cycle * hw.clock_hz) if n_vec else
+                  (float("inf") if work.vector_ops else 0.0),
+        "link": work.remote / hw.link_bytes_per_s if work.remote else 0.0,
+    }
+    limit = max(terms, key=lambda k: terms[k])
+    seconds = terms[limit]
+    return Bound(seconds, limit if seconds > 0 else "none", terms)
+
+
+def chip_bound(work: Work, hw: Hardware = HARDWARE) -> Bound:
+    """The chip-level roofline: all 24 AICs, all 48 AIVs, the whole HBM bandwidth."""
+    return bound(work, hw)
+
+
+def blocked_bound(work: Work, kind: str, blocks: int, hw: Hardware = HARDWARE) -> Bound:
+    """The roofline of a task whose `blocks` SPMD blocks of core kind `kind` can use min(blocks, cores)
+    cores: compute on those cores, GM traffic at their per-core rate (capped by HBM). A cube task's
+    vector work and a vector task's cube work run on its own cores (one kind only)."""
+    n = max(1, min(blocks, hw.cores(kind) or 1))
+    if kind in ("cube", "vector"):
+        return _one_kind(work, hw, n, kind)
+    return bound(work, hw, cube=n, vector=2 * n, gm_cores=3 * n)
+
+
+def _one_kind(work: Work, hw: Hardware, n: int, kind: str) -> Bound:
+    """Both kinds of arithmetic on `n` cores of one kind (a cube core does the epilogue, an AIV the MMAD)."""
+    cube_time = (work.cube_flops / hw.cube_flops_per_cycle + work.cube_int8 / hw.cube_int8_ops_per_cycle) \
+        / (n * hw.clock_hz)
+    vec_time = work.vector_ops / (n * hw.vector_ops_per_cycle * hw.clock_hz)
+    terms = {"hbm": work.bytes / hw.gm_bytes_per_s(n) if work.bytes else 0.0,
+             "cube": cube_time,
+             "vector": vec_time,
+             "link": work.remote / hw.link_bytes_per_s if work.remote else 0.0}
+    limit = max(terms, key=lambda k: terms[k])
+    seconds = terms[limit]
+    return Bound(seconds, limit if seconds > 0 else "none", terms)

@@ -1,0 +1,324 @@
+"""The schedule model: per-kernel costs composed over the task graph on one chip's cores.
+
+The model (exact)
+-----------------
+Inputs per task t (submission order = task id): its core kind (cube | vector | mix; dummies need no
+core), its SPMD block count B_t, its dependencies, and a `KernelCost` c_t (perf/costs.py): span S_t (the
+kernel's makespan on a whole chip), busy cycles W_t^cube, W_t^vec. Parameters: N_cube AICs and N_vec AIVs
+(a mix block takes one core group = 1 AIC + 2 AIV) and the dispatch overhead D (cycles per task).
+
+1. Ready. t is ready at r_t = D + max(f_d over its deps d), or D with no deps.
+2. Blocks. Each block of t needs d_t cycles on one core (group) of its kind:
+     cube, vector:  d_t = (W_t^cube + W_t^vec) / B_t     (the kernel's work, split evenly over its blocks)
+     mix:           d_t = max(W_t^cube, W_t^vec / 2) / B_t
+   (a cost with no work, e.g. a stub, uses d_t = S_t.) A block holds its core(s) for d_t.
+   Sensitivity variant (`block_model = "span"`): d_t = S_t / ceil(B_t / N_kind), i.e. every task keeps
+   the parallelism pypto found inside the kernel and only the core budget limits overlap.
+3. Placement. Time advances from event to event (a block ends, a task becomes ready). At each event the
+   ready tasks are served in (r_t, id) order: each places as many of its remaining blocks as its kind has
+   free cores (lowest core index first); a task whose kind is full is skipped, so later tasks of another
+   kind backfill. Blocks are never preempted.
+4. Finish. f_t = max(end of t's last block, s_t + S_t), s_t = start of its first block: a kernel cannot
+   beat its own cost-model makespan, however many of its blocks run at once. A dummy or zero-block task
+   finishes when it is ready: f_t = r_t.
+5. Results. makespan = max f_t. serial = Σ alone_t with alone_t = D + max(S_t, ceil(B_t/N_kind)·d_t)
+   (0 work for dummies): every task alone, one after another. critical = the longest dependency path
+   weighted by alone_t (core limits ignored): a lower bound of the makespan under the model.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from .costs import DUMMY, KernelCost
+from .hardware import HARDWARE, Hardware
+
+NEEDS = {"cube": {"cube": 1}, "vector": {"vector": 1}, "mix": {"cube": 1, "vector": 2}}
+LANE = {"cube": "AIC", "vector": "AIV"}
+
+
+class ScheduleError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ScheduleParams:
+    """Core budget and dispatch overhead (defaults: 910B2 cores, pypto's AICPU dispatch cycles)."""
+
+    cube_cores: int = HARDWARE.cube_cores
+    vector_cores: int = HARDWARE.vector_cores
+    dispatch_cycles: float = HARDWARE.dispatch_cycles
+    clock_hz: float = HARDWARE.clock_hz
+    block_model: str = "work"      # work: d = W / B (rule 2); span: d = S / waves (a sensitivity check)
+
+    def __post_init__(self):
+        if self.block_model not in ("work", "span"):
+            raise ScheduleError(f"block_model must be 'work' or 'span', got {self.block_model!r}")
+
+    @staticmethod
+    def of(hw: Hardware, **changes) -> "ScheduleParams":
+        base = ScheduleParams(hw.cube_cores, hw.vector_cores, hw.dispatch_cycles, hw.clock_hz)
+        return replace(base, **changes)
+
+    def cores(self, kind: str) -> int:
+        if kind == "mix":
+            return min(self.cube_cores, self.vector_cores // 2)
+        return {"cube": self.cube_cores, "vector": self.vector_cores}.get(kind, 0)
+
+    def us(self, cycles: float) -> float:
+        return cycles / self.clock_hz * 1e6
+
+
+@dataclass(frozen=True)
+class SchedTask:
+    """What the model needs of one task (build with `sched_tasks(tg)` or by hand in tests)."""
+
+    id: int
+    name: str
+    core: str                    # cube | vector | mix | none (dummy)
+    blocks: int
+    deps: tuple[int, ...] = ()
+    op: str = ""
+
+
+@dataclass(frozen=True)
+class BlockRun:
+    task: int
+    block: int
+    lanes: tuple[str, ...]       # e.g. ("AIC3",) or ("AIC0", "AIV0", "AIV1")
+    start: float
+    end: float
+
+
+@dataclass
+class TaskRun:
+    id: int
+    ready: float
+    start: float
+    finish: float
+    block_cycles: float
+    alone: float
+    floor_bound: bool = False    # finished at s + span rather than at its last block's end
+
+
+@dataclass
+class Schedule:
+    params: ScheduleParams
+    tasks: list[SchedTask]
+    costs: dict[int, KernelCost]
+    runs: dict[int, TaskRun] = field(default_factory=dict)
+    blocks: list[BlockRun] = field(default_factory=list)
+    makespan: float = 0.0
+    serial: float = 0.0
+    critical: float = 0.0
+    critical_path: list[int] = field(default_factory=list)
+
+    @property
+    def makespan_us(self) -> float:
+        return self.params.us(self.makespan)
+
+    @property
+    def serial_us(self) -> float:
+        return self.params.us(self.serial)
+
+    def busy(self) -> dict[str, float]:
+        """Core-cycles spent in blocks, per core kind."""
+        out = {"cube": 0.0, "vector": 0.0}
+        for b in self.blocks:
+            for lane in b.lanes:
+                out["cube" if lane.startswith("AIC") else "vector"] += b.end - b.start
+        return out
+
+    def utilization(self) -> dict[str, float]:
+        busy = self.busy()
+        span = max(self.makespan, 1e-9)
+        return {"cube": busy["cube"] / (span * max(self.params.cube_cores, 1)),
+                "vector": busy["vector"] / (span * max(self.params.vector_cores, 1))}
+
+    def summary(self) -> str:
+        u = self.utilization()
+        return (f"makespan {self.makespan_us:.1f} µs, serial {self.serial_us:.1f} µs, critical path "
+                f"{self.params.us(self.critical):.1f} µs; {len(self.tasks)} tasks, {len(self.blocks)} blocks; "
+                f"AIC busy {100 * u['cube']:.0f}%, AIV busy {100 * u['vector']:.0f}%")
+
+
+def sched_tasks(tg) -> list[SchedTask]:
+    """SchedTasks of a lowered TaskGraph."""
+    return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
+                      tuple(t.deps), t.op) for t in tg.tasks]
+
+
+def block_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams | None = None) -> float:
+    """d_t of the model (rule 2; with block_model = "span": S_t / ceil(B_t / N_kind), so that a lone
+    task takes exactly its cost-model span whatever its work: the sensitivity variant)."""
+    if task.core == "none" or task.blocks <= 0:
+        return 0.0
+    if params is not None and params.block_model == "span":
+        return cost.span / math.ceil(task.blocks / max(params.cores(task.core), 1))
+    if cost.work_cube + cost.work_vector <= 0:
+        return cost.span
+    if task.core == "mix":
+        return max(cost.work_cube, cost.work_vector / 2) / task.blocks
+    return (cost.work_cube + cost.work_vector) / task.blocks
+
+
+def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> float:
+    """alone_t: dispatch plus the task with the whole chip to itself (rule 5)."""
+    if task.core == "none" or task.blocks <= 0:
+        return params.dispatch_cycles
+    n = params.cores(task.core)
+    waves = math.ceil(task.blocks / n)
+    return params.dispatch_cycles + max(cost.span, waves * block_cycles(task, cost, params))
+
+
+def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
+             params: ScheduleParams = ScheduleParams()) -> Schedule:
+    """Run the model (module docstring) and return every task's and block's times."""
+    tasks = list(tasks)
+    by_id = {t.id: t for t in tasks}
+    _check(tasks, by_id, costs, params)
+    sched = Schedule(params, tasks, {t.id: costs.get(t.id, DUMMY) for t in tasks})
+    succ: dict[int, list[int]] = {t.id: [] for t in tasks}
+    missing = {t.id: len(set(t.deps)) for t in tasks}
+    for t in tasks:
+        for d in set(t.deps):
+            succ[d].append(t.id)
+    free = {"cube": list(range(params.cube_cores)), "vector": list(range(params.vector_cores))}
+    for pool in free.values():
+        heapq.heapify(pool)
+    ready: list[tuple[float, int]] = []            # (r_t, id) of tasks with blocks left to place
+    left: dict[int, int] = {}                      # blocks not yet placed
+    running: dict[int, int] = {}                   # blocks placed, not finished
+    dep_done: dict[int, float] = {}
+    events: list[tuple[float, int, int, str, tuple]] = []   # (time, order, task, kind, payload)
+    order = 0
+
+    def push(time: float, kind: str, task: int, payload: tuple = ()) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (time, order, task, kind, payload))
+
+    def make_ready(tid: int, at: float) -> None:
+        t = by_id[tid]
+        r = at + params.dispatch_cycles
+        run = TaskRun(tid, r, r, r, block_cycles(t, sched.costs[tid], params),
+                      alone_cycles(t, sched.costs[tid], params))
+        sched.runs[tid] = run
+        if t.core == "none" or t.blocks <= 0:
+            push(r, "finish", tid)
+            return
+        left[tid] = t.blocks
+        running[tid] = 0
+        push(r, "ready", tid)
+
+    for t in tasks:
+        if missing[t.id] == 0:
+            make_ready(t.id, 0.0)
+
+    def finish(tid: int, at: float) -> None:
+        run = sched.runs[tid]
+        run.finish = at
+        for s in succ[tid]:
+            dep_done[s] = max(dep_done.get(s, 0.0), at)
+            missing[s] -= 1
+            if missing[s] == 0:
+                make_ready(s, dep_done[s])
+
+    def place(now: float) -> None:
+        for r, tid in sorted(ready):
+            t = by_id[tid]
+            need = NEEDS[t.core]
+            run = sched.runs[tid]
+            while left[tid] > 0 and all(len(free[k]) >= n for k, n in need.items()):
+                lanes = tuple(f"{LANE[k]}{heapq.heappop(free[k])}" for k, n in need.items() for _ in range(n))
+                block = t.blocks - left[tid]
+                if block == 0:
+                    run.start = now
+                left[tid] -= 1
+                running[tid] += 1
+                end = now + run.block_cycles
+                sched.blocks.append(BlockRun(tid, block, lanes, now, end))
+                push(end, "block", tid, lanes)
+            if left[tid] == 0:
+                ready.remove((r, tid))
+
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, _, tid, kind, payload = heapq.heappop(events)
+            if kind == "ready":
+                ready.append((sched.runs[tid].ready, tid))
+            elif kind == "block":
+                for lane in payload:
+                    heapq.heappush(free["cube" if lane.startswith("AIC") else "vector"], int(lane[3:]))
+                running[tid] -= 1
+                if running[tid] == 0 and left[tid] == 0:
+                    run = sched.runs[tid]
+                    floor = run.start + sched.costs[tid].span
+                    if floor > now:
+                        run.floor_bound = True
+                        push(floor, "finish", tid)
+                    else:
+                        finish(tid, now)
+            elif kind == "finish":
+                finish(tid, now)
+        place(now)
+    unfinished = [t.name for t in tasks if t.id not in sched.runs or (left.get(t.id, 0) > 0)]
+    if unfinished:
+        raise ScheduleError(f"tasks never ran (dependency cycle?): {', '.join(unfinished[:5])}")
+    sched.makespan = max((r.finish for r in sched.runs.values()), default=0.0)
+    sched.serial = sum(r.alone for r in sched.runs.values())
+    sched.critical, sched.critical_path = _critical(tasks, sched.runs)
+    return sched
+
+
+def _check(tasks, by_id, costs, params: ScheduleParams) -> None:
+    for t in tasks:
+        for d in t.deps:
+            if d not in by_id:
+                raise ScheduleError(f"task {t.id} '{t.name}' depends on unknown task {d}")
+        if t.core not in ("none", *NEEDS):
+            raise ScheduleError(f"task {t.id} '{t.name}': unknown core kind '{t.core}'")
+        if t.core != "none" and t.blocks > 0 and params.cores(t.core) <= 0:
+            raise ScheduleError(f"task {t.id} '{t.name}' needs {t.core} cores; the budget has none")
+        c = costs.get(t.id)
+        if c is not None and (c.span < 0 or c.work_cube < 0 or c.work_vector < 0):
+            raise ScheduleError(f"task {t.id} '{t.name}': negative cost {c}")
+
+
+def _critical(tasks: Sequence[SchedTask], runs: Mapping[int, TaskRun]) -> tuple[float, list[int]]:
+    best: dict[int, tuple[float, int | None]] = {}
+    for t in _topological(tasks):
+        prev = max(((best[d][0], d) for d in t.deps if d in best), default=(0.0, None))
+        best[t.id] = (prev[0] + runs[t.id].alone, prev[1])
+    if not best:
+        return 0.0, []
+    end = max(best, key=lambda k: best[k][0])
+    path, cur = [], end
+    while cur is not None:
+        path.append(cur)
+        cur = best[cur][1]
+    return best[end][0], list(reversed(path))
+
+
+def _topological(tasks: Sequence[SchedTask]) -> list[SchedTask]:
+    """Kahn's order, ties by id (task graphs are already in order; hand-built ones may not be)."""
+    by_id = {t.id: t for t in tasks}
+    indeg = {t.id: len(set(t.deps)) for t in tasks}
+    succ: dict[int, list[int]] = {t.id: [] for t in tasks}
+    for t in tasks:
+        for d in set(t.deps):
+            succ[d].append(t.id)
+    heap = [i for i, n in indeg.items() if n == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        i = heapq.heappop(heap)
+        out.append(by_id[i])
+        for s in succ[i]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, s)
+    return out

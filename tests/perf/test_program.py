@@ -1,0 +1,56 @@
+"""The whole-layer pypto program of the cross-check (perf/program.py): structure, without running pypto."""
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from dspark_ir import layers
+from lowering import build_task_graph
+from lowering.codegen import find_template
+from perf.costs import RooflineCosts
+from perf.estimate import estimate
+from perf.program import layer_program, restricted_schedule
+from perf.schedule import ScheduleParams
+
+
+@pytest.fixture(scope="module")
+def tg():
+    return build_task_graph(layers.build("decode-swa", config="tiny"))
+
+
+def test_program_inlines_every_templated_kernel_in_order(tg):
+    prog = layer_program(tg)
+    tree = ast.parse(prog.source)
+    assert [f.name for f in tree.body if isinstance(f, ast.FunctionDef)] == ["layer"]
+    expected = [t.id for t in tg.kernels if not t.collective and find_template(t) is not None]
+    assert prog.tasks == expected
+    assert set(prog.left_out.values()) <= {"collective", "no pypto template", "argument is a partial view of a buffer",
+                                           "kernel body returns early"}
+    assert all(tg.tasks[i].collective for i, why in prog.left_out.items() if why == "collective")
+    markers = [int(m) for m in re.findall(r"# ---- task (\d+) ", prog.source)]
+    assert markers == prog.tasks
+    layer = next(f for f in tree.body if isinstance(f, ast.FunctionDef))
+    params = {a.arg for a in layer.args.args}
+    assert params == set(prog.inputs) | set(prog.outputs) and all(p.startswith("T__") for p in params)
+
+
+def test_buffers_are_passed_in_ssa_form(tg):
+    prog = layer_program(tg)
+    assert not set(prog.inputs) & set(prog.outputs)
+    assert all("__v" in n for n in prog.outputs) and not any("__v" in n for n in prog.inputs)
+    # the in-place cache update reads the input version and writes version 1
+    assert "T__kv_cache" in prog.inputs and "T__kv_cache__v1" in prog.outputs
+    binds = [l.strip() for l in prog.source.splitlines() if re.match(r"\s+kv_cache(_in)? = T__", l)]
+    assert binds[:2] == ["kv_cache_in = T__kv_cache", "kv_cache = T__kv_cache__v1"]   # the writer
+    assert set(binds[2:]) <= {"kv_cache = T__kv_cache__v1"}                             # later readers
+
+
+def test_restricted_schedule_keeps_only_included_tasks(tg):
+    est = estimate(tg, RooflineCosts())
+    prog = layer_program(tg)
+    sub = restricted_schedule(tg, est.schedule.costs, prog.tasks, ScheduleParams())
+    assert {t.id for t in sub.tasks} == set(prog.tasks)
+    assert all(d in prog.tasks for t in sub.tasks for d in t.deps)
+    assert sub.makespan <= est.schedule.makespan + 1e-6 or sub.makespan > 0

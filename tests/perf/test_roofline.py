@@ -1,0 +1,66 @@
+"""Roofline arithmetic (perf/roofline.py) and the 910B2 constants (perf/hardware.py)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dspark_ir import layers
+from lowering import build_task_graph
+from perf.hardware import HARDWARE
+from perf.roofline import Work, blocked_bound, bound, chip_bound, task_work
+
+
+def test_constants_reproduce_the_published_peaks():
+    hw = HARDWARE
+    assert hw.cube_peak_flops == pytest.approx(353.9e12, rel=1e-3)      # 24 x 16^3 x 2 x 1.8 GHz
+    assert hw.cube_peak_int8 == 2 * hw.cube_peak_flops
+    assert hw.vector_peak_ops == 48 * 64 * 1.8e9
+    assert hw.dispatch_cycles == 240 + 390 + 200 + 100
+    assert hw.gm_bytes_per_s(1) == 32 * 1.8e9 and hw.gm_bytes_per_s(48) == 1.6e12
+    assert hw.cores("mix") == 24 and hw.us(1800) == 1.0
+
+
+def test_chip_bound_takes_the_largest_term():
+    w = Work(read=1.6e6, written=0.0, cube_flops=353.9e6 * 3)            # 1 µs of HBM, ~3 µs of cube
+    b = chip_bound(w)
+    assert b.limit == "cube" and b.us() == pytest.approx(3.0, rel=1e-3)
+    assert b.terms["hbm"] * 1e6 == pytest.approx(1.0)
+    assert bound(Work()).limit == "none" and bound(Work()).seconds == 0
+
+
+def test_blocked_bound_uses_only_the_task_cores():
+    w = Work(read=57.6e3)                                              # 1 µs for one core at 32 B/cycle
+    assert blocked_bound(w, "vector", 1).us() == pytest.approx(1.0)
+    assert blocked_bound(w, "vector", 512).us() == pytest.approx(57.6e3 / 1.6e12 * 1e6)   # capped by HBM
+    assert blocked_bound(Work(vector_ops=64 * 1.8e9 * 1e-6), "vector", 1).us() == pytest.approx(1.0)
+
+
+def test_matmul_work_counts_flops_and_bytes():
+    g = layers.build("decode-swa", config="flash", tp=4)
+    tg = build_task_graph(g)
+    t = tg.task("qkv.qr_proj_matmul")                                  # 128 x 4096 @ 4096 x 1024, atomic acc
+    w = task_work(t)
+    assert w.cube_flops == 2 * 128 * 4096 * 1024 and w.cube_int8 == 0
+    assert w.read == 128 * 4096 * 2 + 4096 * 1024 * 2 + 128 * 1024 * 4
+    assert w.written == 128 * 1024 * 4
+    q = task_work(tg.task("qkv.qproj_matmul"))                         # int8 128 x 1024 @ 1024 x 32768
+    assert q.cube_int8 == 2 * 128 * 1024 * 32768 and q.cube_flops == 0
+
+
+def test_sparse_ops_count_touched_rows_not_whole_caches():
+    g = layers.build("decode-swa", config="flash", tp=4)
+    tg = build_task_graph(g)
+    gather = task_work(tg.task("swa.swa_gather_kv"))                   # kv_cache is 128 MiB; 128 x 128 rows read
+    assert gather.read == 128 * 128 * 512 * 2 + 128 * 128 * 4
+    insert = task_work(tg.task("swa.swa_cache_insert_valid_bias"))
+    assert insert.written == 128 * 512 * 2 + 128 * 128 * 4              # the T cache rows + the bias
+    assert math.isclose(chip_bound(gather).seconds, gather.bytes / 1.6e12)
+
+
+def test_collectives_count_remote_bytes():
+    g = layers.build("decode-swa", config="flash", tp=4)
+    tg = build_task_graph(g)
+    a2a = task_work(tg.task("o.o_group_a2a"))
+    assert a2a.remote == pytest.approx(8 * 128 * 4096 * 2 * 3 / 4)
+    assert chip_bound(a2a).limit == "link"
