@@ -128,7 +128,15 @@ def hc_post(x_attn, x_hc, post, comb, **_):
 # and column views instead of reshapes of the whole residual, the same summation order over K chunks,
 # splits and streams. Row sums and the cube accumulate in pypto's own order inside a chunk/split, so f32
 # results agree to rounding (not bit for bit) where the reference fixes an order pypto cannot express.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block, vec_tile  # noqa: E402
+# Shaped for pypto 0.2.0's cost model (see kernels/qkv.py's template notes): the per-token n×n / 2n
+# quantities (split_pre_post, comb_sinkhorn) are transposed so the tokens are the wide last dim, and a block
+# of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
+# 1368 → 18, hc_post 300 → 34, hc_pre_linear 89 → 52, hc_pre_rms 74 → 22, mix_x 42 → 13, split_pre_post
+# 41 → 14.
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
+
+_PTO_TOKEN_BLOCK = 16   # tokens per block where the tokens are the (wide) last dim of every op
 
 
 def _pto_valid(loop: RowLoop, *rest) -> str:
@@ -195,7 +203,54 @@ def _pto_store_rows(loop: RowLoop, value: str, out, br: int) -> None:
     loop.store("flat", out)
 
 
+_PTO_PRE_RMS_ROWS = 16   # rows per forced subgraph (flash: 74 → ~22 µs in the cost model)
+
+
 def pypto_hc_pre_rms(spec: KernelSpec) -> str:
+    """inv_rms per row: the block's squares [R, n, D] reshaped to [R·K/c, c] (one row per K-chunk of c = the
+    tile's width), summed per chunk, then the chunk sums [R, K/c] transposed to [K/c, R] and added in chunk
+    order as [1, R] rows (the reference's order over chunks), 1/sqrt(ss/K + eps). Whole blocks of R rows as
+    one forced subgraph each, then single rows."""
+    x = spec.operands[0]
+    out = spec.results[0]
+    _, n, d = x.shape
+    k = n * d
+    tile = spec.attrs.get("tile") or (8, k)
+    chunk = int(tile[1])
+    eps = float(spec.attrs.get("eps", 1e-6))
+    if k % chunk:
+        return _pypto_hc_pre_rms_rows(spec)
+    nc = k // chunk
+    src = Src(spec.signature())
+    for r, r0 in _pto_block_loops(src, x, _PTO_PRE_RMS_ROWS):
+        _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes(1, {n}, {min(d, max(8, 16384 // n))})")
+        src(f"xv = pypto.view({x.name}, [{r}, {n}, {d}], [{r0}, 0, 0])")
+        src("sq = pypto.mul(xv, xv)")
+        src(f"pypto.set_vec_tile_shapes({max(1, min(r * nc, 16384 // chunk))}, {min(chunk, 16384)})")
+        src(f"cs = pypto.sum(pypto.reshape(sq, [{r * nc}, {chunk}]), -1, keepdim=True)")
+        tw = max(8, -(-r // 8) * 8)
+        if nc > 1:
+            src(f"pypto.set_vec_tile_shapes({r}, {max(8, -(-nc // 8) * 8)})")
+            src(f"c2 = pypto.reshape(cs, [{r}, {nc}])")
+            src(f"pypto.set_vec_tile_shapes({nc}, {tw})")
+            src("ct = pypto.transpose(c2, 0, 1)")
+            src(f"ss = pypto.view(ct, [1, {r}], [0, 0])")
+            for j in range(1, nc):
+                src(f"ss = pypto.add(ss, pypto.view(ct, [1, {r}], [{j}, 0]))")
+        else:
+            src(f"pypto.set_vec_tile_shapes(1, {tw})")
+            src(f"ss = pypto.reshape(cs, [1, {r}])")
+        src(f"one = pypto.full([1, {r}], 1.0, pypto.DT_FP32)")
+        src(f"inv = pypto.div(one, pypto.sqrt(pypto.add(pypto.div(ss, {float(k)!r}), {eps!r})))")
+        src(f"pypto.set_vec_tile_shapes({tw})")
+        src(f"pypto.assemble(pypto.reshape(inv, [{r}]), [{r0}], {out.name})")
+        _pto_scope(src, -1)
+    return src.text()
+
+
+def _pypto_hc_pre_rms_rows(spec: KernelSpec) -> str:
+    """The row-block form (K-chunks that do not divide K): per chunk a stream view, squares, row sum."""
     x = spec.operands[0]
     out = spec.results[0]
     _, n, d = x.shape
@@ -225,6 +280,20 @@ def _pto_split_bounds(k: int, splits: int) -> list[tuple[int, int]]:
     return [(s * step, (s + 1) * step) for s in range(splits)]
 
 
+_PTO_LINEAR_ROWS = 32   # rows per block: the cube's M tile (the IR's 16-row tile re-streamed hc_fn twice as often)
+
+
+def _pto_linear_cube(m: int, k: int, n: int) -> str:
+    """f32 cube tiles for [m, k]·[k, n]: m up to 32, k up to 512 (a 64 KiB L0A/L0B tile), n up to 32, all
+    16-aligned (flash hc_pre_linear 89 → 52 µs in the cost model against `cube_shapes`' k ≤ 256)."""
+    tm = min(32, -(-max(m, 1) // 16) * 16)
+    tn = min(32, -(-max(n, 1) // 16) * 16)
+    tk = min(512, -(-max(k, 1) // 16) * 16)
+    while tk > 16 and max(tm, tn) * tk * 4 > 64 * 1024:
+        tk //= 2
+    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
+
+
 def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     x, fn = spec.operands[:2]
     acc = spec.operands[2] if len(spec.operands) > 2 else None
@@ -234,14 +303,13 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     mode = spec.attrs.get("accumulate", "atomic")
     splits = _pto_split_bounds(k, int(spec.attrs.get("k_split", 1)))
     src = Src(spec.signature())
-    tile = spec.attrs.get("tile") or (16, k)
-    loop = RowLoop(src, x, int(tile[0]))
+    loop = RowLoop(src, x, _PTO_LINEAR_ROWS)
     br = loop.shape(x)[0]
     width = splits[0][1] - splits[0][0]
-    tile2d = vec_tile((br, min(width, 2048)), 4)
+    tile2d = vec_tile((br, min(width, 2048)), 4, budget=32 * 1024)
     with loop.loop():
         _pto_tile(src, tile2d)
-        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, width, mix, 'f32')})")
+        src(f"pypto.set_cube_tile_shapes({_pto_linear_cube(br, width, mix)})")
         for s, (lo, hi) in enumerate(splits):
             _pto_k_cols(loop, "xs", x, lo, hi - lo, tile2d)
             src(f"p{s} = pypto.matmul(xs, pypto.view({fn.name}, [{mix}, {hi - lo}], [0, {lo}]), "
@@ -249,8 +317,9 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
         src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, mix), 4)))})")
         if mode == "ordered":
             rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
-            for s in range(len(splits)):
-                src(f"pypto.assemble(p{s}, [{s} * {rows} + {_pto_r0(loop)}, 0], {out.name})")
+            for s in range(len(splits)):   # the matmul drops the block's valid rows: view them back
+                part = f"pypto.view(p{s}, [{br}, {mix}], [0, 0]{_pto_valid(loop, mix)})" if loop.partial else f"p{s}"
+                src(f"pypto.assemble({part}, [{s} * {rows} + {_pto_r0(loop)}, 0], {out.name})")
             return src.text()
         terms = [f"p{s}" for s in range(len(splits))]
         if acc is not None:
@@ -288,8 +357,9 @@ def pypto_mix_x(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     loop = RowLoop(src, x, row_block(spec, default=8))
     br = loop.shape(x)[0]
-    tile2d = vec_tile((br, d), 4)
+    tile2d = vec_tile((br, d), 4, budget=64 * 1024)
     with loop.loop():
+        _pto_scope(src, 1)   # one task per row block with 64 KiB tiles (flash: 42 → 13 µs in the cost model)
         _pto_tile(src, tile2d)
         for i in range(n):
             _pto_stream_cols(loop, f"x{i}", x, i, 0, d, tile2d)
@@ -298,50 +368,39 @@ def pypto_mix_x(spec: KernelSpec) -> str:
         src("y = pypto.add(pypto.add(s0, s1), pypto.add(s2, s3))")
         src(f"yb = {cast_expr('y', 'f32', out.dtype)}")
         loop.store("yb", out)
+        _pto_scope(src, -1)
     return src.text()
 
 
 def pypto_hc_post(spec: KernelSpec) -> str:
+    """One token per loop iteration, as one forced subgraph: for each output stream o, y = f32(a)·post[o]
+    (a [1, D] row times a [1, 1] view), then Z = X·C[:, o] (the token's streams X [1, n, D] times the rank-3
+    column view C[t, :, o]) and y += Z[i] for i ascending; every operand is a view of an input (no column
+    reshapes: the cost model serialises those), every op a wide vector op. The reference's op order exactly."""
     a, x, post, comb = spec.operands
     out = spec.results[0]
     _, n, d = x.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, x, row_block(spec, default=8))
-    br = loop.shape(x)[0]
-    tile2d = vec_tile((br, d), 4)
-    with loop.loop():
-        _pto_tile(src, tile2d)
-        src(f"af = {cast_expr(loop.view(a), a.dtype, 'f32')}")
-        for i in range(n):
-            _pto_stream_cols(loop, f"x{i}", x, i, 0, d, tile2d)
+    dt = min(d, max(8, (16384 // n) // 8 * 8))   # a stream tile [1, n, dt] of ≤ 64 KiB
+    for unit in _pto_token_units(src, x):   # one token per iteration (4 per iteration: 34 → 47 µs)
+        _pto_scope(src, unit)
+        src(f"pypto.set_vec_tile_shapes(1, {min(d, 16384)})")
+        src(f"af = {cast_expr(f'pypto.view({a.name}, [1, {d}], [r0, 0])', a.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes(1, {n}, {dt})")
+        src(f"xs = pypto.view({x.name}, [1, {n}, {d}], [r0, 0, 0])")
         for o in range(n):
-            _pto_col(loop, "po", post, (o,), tile2d)
-            src("y = pypto.mul(af, po)")
+            src(f"pypto.set_vec_tile_shapes(1, {min(d, 16384)})")
+            src(f"ap = pypto.mul(af, pypto.view({post.name}, [1, 1], [r0, {o}]))")
+            src(f"pypto.set_vec_tile_shapes(1, 1, {min(d, 16384)})")
+            src(f"y = pypto.reshape(ap, [1, 1, {d}])")
+            src(f"pypto.set_vec_tile_shapes(1, {n}, {dt})")
+            src(f"z = pypto.mul(xs, pypto.view({comb.name}, [1, {n}, 1], [r0, 0, {o}]))")
+            src(f"pypto.set_vec_tile_shapes(1, 1, {min(d, 16384)})")
             for i in range(n):
-                _pto_col(loop, "c", comb, (i, o), tile2d)
-                src(f"y = pypto.add(y, pypto.mul(x{i}, c))")
-            src(f"y3 = pypto.reshape(y, [{br}, 1, {d}]{_pto_valid(loop, 1, d)})")
-            _pto_tile(src, (tile2d[0], 1, tile2d[1]))
-            src(f"pypto.assemble(y3, [{_pto_r0(loop)}, {o}, 0], {out.name})")
-            _pto_tile(src, tile2d)
+                src(f"y = pypto.add(y, pypto.view(z, [1, 1, {d}], [0, {i}, 0]))")
+            src(f"pypto.assemble(y, [r0, {o}, 0], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
-
-
-def _pto_mix_columns(loop: RowLoop, spec: KernelSpec, cols, tile2d) -> None:
-    """Emit `m<j> = mixes[:, j]·inv_rms·hc_scale[g] + hc_base[j]` ([rows, 1] each) for j in `cols`, where g
-    is the column's group (0: pre, 1: post, 2: comb), as the reference computes it: (mix·s) + b."""
-    mixes, inv, scale, base = spec.operands
-    n = int(spec.attrs.get("hc_mult", 4))
-    br = loop.shape(mixes)[0]
-    src = loop.src
-    src(f"inv_v = pypto.reshape({loop.view(inv)}, [{br}, 1]{_pto_valid(loop, 1)})")
-    src(f"sc = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
-    src(f"bs = pypto.reshape({base.name}, [1, {base.shape[0]}])")
-    for j in cols:
-        group = 0 if j < n else 1 if j < 2 * n else 2
-        _pto_col(loop, "mc", mixes, (j,), tile2d)
-        src(f"m{j} = pypto.add(pypto.mul(pypto.mul(mc, inv_v), pypto.view(sc, [1, 1], [0, {group}])), "
-            f"pypto.view(bs, [1, 1], [0, {j}]))")
 
 
 def _pto_sigmoid(x: str) -> str:
@@ -350,75 +409,96 @@ def _pto_sigmoid(x: str) -> str:
 
 
 def pypto_split_pre_post(spec: KernelSpec) -> str:
-    mixes = spec.operands[0]
+    """pre / post with the tokens as the wide last dim (as `pypto_comb_sinkhorn`): the block's 2n mix columns
+    transposed to [2n, R], (m·inv)·s + b with inv a [1, R] row and s, b [2n, 1] columns, the sigmoid
+    1/(1 + exp(−x)), + eps (pre) / ·2 (post), transposed back. The reference's ops exactly."""
+    mixes, inv, scale, base = spec.operands
     pre, post = spec.results
     n = int(spec.attrs.get("hc_mult", 4))
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    loop = RowLoop(src, mixes, row_block(spec, default=8))
-    br = loop.shape(mixes)[0]
-    tile2d = [br, 8]
-    with loop.loop():
-        _pto_tile(src, tile2d)
-        _pto_mix_columns(loop, spec, range(2 * n), tile2d)
-        for j in range(2 * n):
-            value = f"pypto.add({_pto_sigmoid(f'm{j}')}, {eps!r})" if j < n else f"pypto.mul({_pto_sigmoid(f'm{j}')}, 2.0)"
-            target, col = (pre, j) if j < n else (post, j - n)
-            src(f"pypto.assemble({value}, [{_pto_r0(loop)}, {col}], {target.name})")
+    src(f"pypto.set_vec_tile_shapes({2 * n}, 8)")
+    src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
+    src(f"sc = pypto.concat([pypto.expand_clone(pypto.view(sr, [1, 1], [0, 0]), [{n}, 1]), "
+        f"pypto.expand_clone(pypto.view(sr, [1, 1], [0, 1]), [{n}, 1])], 0)")
+    src(f"bs = pypto.reshape(pypto.view({base.name}, [{2 * n}], [0]), [{2 * n}, 1])")
+    for r, r0 in _pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
+        tw = max(8, -(-r // 8) * 8)
+        _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({tw})")
+        src(f"iv = pypto.reshape(pypto.view({inv.name}, [{r}], [{r0}]), [1, {r}])")
+        src(f"pypto.set_vec_tile_shapes({r}, {max(8, 2 * n)})")
+        src(f"mv = pypto.view({mixes.name}, [{r}, {2 * n}], [{r0}, 0])")
+        src(f"pypto.set_vec_tile_shapes({2 * n}, {tw})")
+        src("mt = pypto.transpose(mv, 0, 1)")
+        src(f"sg = {_pto_sigmoid('pypto.add(pypto.mul(pypto.mul(mt, iv), sc), bs)')}")
+        for name, target, value in (("pt", pre, f"pypto.add(pypto.view(sg, [{n}, {r}], [0, 0]), {eps!r})"),
+                                    ("qt", post, f"pypto.mul(pypto.view(sg, [{n}, {r}], [{n}, 0]), 2.0)")):
+            src(f"pypto.set_vec_tile_shapes({n}, {tw})")
+            src(f"{name} = {value}")
+            src(f"pypto.set_vec_tile_shapes({r}, 8)")
+            src(f"pypto.assemble(pypto.transpose({name}, 0, 1), [{r0}, 0], {target.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
 def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
-    """Softmax over `out` then Sinkhorn row/column normalisations, on the n·n columns [rows, 1] (the small
-    axes are never a tile's last dim: pypto 0.2.0 reductions need 32-byte last axes)."""
-    mixes = spec.operands[0]
+    """Softmax over `out`, then Sinkhorn row/column normalisations, with the tokens as the wide last dim: a
+    block of R tokens' n·n comb logits is transposed to [n·n, R] and packed as Y [n, n·R] (row i, column
+    o·R + t), so the sum over `out` adds the n column blocks [n, R] and the sum over `in` adds the n rows
+    [1, n·R]; every op is one wide vector op (the n·n per-token columns of the old form were ~10⁴× the
+    roofline). Same ops and orders as the reference: (mix·inv)·s2 + b, max/exp, sequential sums of n terms."""
+    mixes, inv, scale, base = spec.operands
     out = spec.results[0]
     n = int(spec.attrs.get("hc_mult", 4))
     iters = int(spec.attrs.get("iters", 20))
     eps = float(spec.attrs.get("eps", 1e-6))
+    nn = n * n
     src = Src(spec.signature())
-    loop = RowLoop(src, mixes, row_block(spec, default=8))
-    br = loop.shape(mixes)[0]
-    tile2d = [br, 8]
-    c = [[f"c{i}_{o}" for o in range(n)] for i in range(n)]
+    src(f"pypto.set_vec_tile_shapes({nn}, 8)")
+    src(f"sc = pypto.expand_clone(pypto.view(pypto.reshape({scale.name}, [1, {scale.shape[0]}]), [1, 1], [0, 2]), "
+        f"[{nn}, 1])")   # s2 as a column: a broadcast may expand one axis only
+    src(f"bs = pypto.reshape(pypto.view({base.name}, [{nn}], [{2 * n}]), [{nn}, 1])")
+    for r, r0 in _pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
+        w = r * n                                   # the packed width n·R
+        tw = max(8, -(-r // 8) * 8)                 # tiles span ≥ 32 bytes
+        _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({tw})")
+        src(f"iv = pypto.reshape(pypto.view({inv.name}, [{r}], [{r0}]), [1, {r}])")
+        src(f"pypto.set_vec_tile_shapes({r}, {max(8, nn)})")
+        src(f"mv = pypto.view({mixes.name}, [{r}, {nn}], [{r0}, {2 * n}])")
+        src(f"pypto.set_vec_tile_shapes({nn}, {tw})")
+        src("mt = pypto.transpose(mv, 0, 1)")
+        src("ct = pypto.add(pypto.mul(pypto.mul(mt, iv), sc), bs)")
+        src(f"pypto.set_vec_tile_shapes({n}, {max(8, w)})")
+        src(f"y = pypto.reshape(ct, [{n}, {w}])")
 
-    def row_sum(i):
-        return _pto_chain("pypto.add", c[i])
+        def blocks(t: str) -> list[str]:
+            return [f"pypto.view({t}, [{n}, {r}], [0, {o * r}])" for o in range(n)]
 
-    def col_sum(o):
-        return _pto_chain("pypto.add", [c[i][o] for i in range(n)])
+        def rows(t: str) -> list[str]:
+            return [f"pypto.view({t}, [1, {w}], [{i}, 0])" for i in range(n)]
 
-    with loop.loop():
-        _pto_tile(src, tile2d)
-        _pto_mix_columns(loop, spec, range(2 * n, 2 * n + n * n), tile2d)
-        for i in range(n):
-            src(f"mx = {_pto_chain('pypto.maximum', [f'm{2 * n + i * n + o}' for o in range(n)])}")
-            for o in range(n):
-                src(f"{c[i][o]} = pypto.exp(pypto.sub(m{2 * n + i * n + o}, mx))")
-            src(f"den = {row_sum(i)}")
-            for o in range(n):
-                src(f"{c[i][o]} = pypto.add(pypto.div({c[i][o]}, den), {eps!r})")
-        _pto_normalise_columns(src, c, col_sum, eps)
+        def tiled(t: str) -> str:
+            return f"pypto.concat([{', '.join([t] * n)}], -1)"
+
+        src(f"mx = {_pto_chain('pypto.maximum', blocks('y'))}")
+        src(f"e = pypto.exp(pypto.sub(y, {tiled('mx')}))")
+        src(f"den = {_pto_chain('pypto.add', blocks('e'))}")
+        src(f"y = pypto.add(pypto.div(e, {tiled('den')}), {eps!r})")
+        src(f"y = pypto.div(y, pypto.add({_pto_chain('pypto.add', rows('y'))}, {eps!r}))")
         for _ in range(iters - 1):
-            for i in range(n):
-                src(f"den = pypto.add({row_sum(i)}, {eps!r})")
-                for o in range(n):
-                    src(f"{c[i][o]} = pypto.div({c[i][o]}, den)")
-            _pto_normalise_columns(src, c, col_sum, eps)
-        _pto_tile(src, (br, 1, 8))
-        for i in range(n):
-            for o in range(n):
-                src(f"pypto.assemble(pypto.reshape({c[i][o]}, [{br}, 1, 1]{_pto_valid(loop, 1, 1)}), "
-                    f"[{_pto_r0(loop)}, {i}, {o}], {out.name})")
+            src(f"den = pypto.add({_pto_chain('pypto.add', blocks('y'))}, {eps!r})")
+            src(f"y = pypto.div(y, {tiled('den')})")
+            src(f"y = pypto.div(y, pypto.add({_pto_chain('pypto.add', rows('y'))}, {eps!r}))")
+        src(f"pypto.set_vec_tile_shapes({nn}, {tw})")
+        src(f"yt = pypto.reshape(y, [{nn}, {r}])")
+        src(f"pypto.set_vec_tile_shapes({r}, {max(8, nn)})")
+        src("yo = pypto.transpose(yt, 0, 1)")
+        src(f"pypto.set_vec_tile_shapes({r}, {n}, 8)")
+        src(f"pypto.assemble(pypto.reshape(yo, [{r}, {n}, {n}]), [{r0}, 0, 0], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
-
-
-def _pto_normalise_columns(src: Src, c, col_sum, eps: float) -> None:
-    n = len(c)
-    for o in range(n):
-        src(f"den = pypto.add({col_sum(o)}, {eps!r})")
-        for i in range(n):
-            src(f"{c[i][o]} = pypto.div({c[i][o]}, den)")
 
 
 def _pto_chain(fn: str, terms) -> str:

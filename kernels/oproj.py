@@ -53,7 +53,7 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
 # o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
 
 
 def pypto_o_proj_a(spec: KernelSpec) -> str:
@@ -72,16 +72,23 @@ def pypto_o_proj_a(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_QUANT_ROWS = 256   # rows per loop iteration: one forced subgraph each (flash: 250 → ~42 µs in the cost model)
+
+
 def pypto_quant_rows(spec: KernelSpec) -> str:
+    """q8 per row, one forced subgraph per block of up to 256 rows (the IR's rows tile is ignored: the task is
+    one block, so its cost is the sum of its pypto tasks), vector tiles of ≤ 64 KiB f32."""
     x = spec.operands[0]
     q, scale = spec.results
     width = x.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, x, row_block(spec, default=8))
+    loop = RowLoop(src, x, _PTO_QUANT_ROWS)
     br = loop.shape(x)[0]
     valid = "valid" if loop.looped and loop.partial else str(br)
+    tile = vec_tile((br, width), 4, budget=64 * 1024)
     with loop.loop():
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, width), 4)))})")
+        src("pypto.set_pass_options(sg_set_scope=1)")
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
         src(f"xv = {loop.view(x)}")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(xv), -1, keepdim=True), 0.0001)")
         src(f"k = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32, valid_shape=[{valid}, 1]), amax)")
@@ -90,6 +97,7 @@ def pypto_quant_rows(spec: KernelSpec) -> str:
         src(f"s = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32, valid_shape=[{valid}, 1]), k)")
         src(f"s1 = pypto.reshape(s, [{br}], valid_shape=[{valid}])")
         loop.store("s1", scale)
+        src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
 
 
@@ -110,15 +118,18 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_DEQUANT_ROWS = 128  # rows per loop iteration, ≤ 64 KiB tiles (flash: 123 → ~46 µs in the cost model)
+
+
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
     sw, *parts = spec.operands
     out = spec.results[0]
     rows, n = parts[0].shape
     src = Src(spec.signature())
-    loop = RowLoop(src, parts[0], row_block(spec, default=8))
+    loop = RowLoop(src, parts[0], _PTO_DEQUANT_ROWS)
     br = loop.shape(parts[0])[0]
     with loop.loop():
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, n), 4)))})")
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, n), 4, budget=64 * 1024)))})")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         for i in range(0, len(parts), 2):
             acc, s = parts[i], parts[i + 1]

@@ -73,14 +73,21 @@ def kv_rms_norm_rope(kv_acc, gamma_ckv, cos_il, sin_signed, *, eps=1e-6, **_):
 #   8 strided accumulators per ≤128 block, combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), blocks halved
 #   recursively) and divides by the width like np.mean. pypto.sum would reduce in torch's order, which
 #   differs from numpy's in most rows at widths ≥ 16;
-# * the interleaved RoPE partner r[j^1] is built by data movement only (reshape [..., rd/2, 2] → transpose →
-#   swap the two planes → transpose back), then out = r·cos_il ± swapped·sin_signed exactly as `rope_il`;
-# * the interleaved tables come from `index_select` rows at the positions, the half duplicated/negated with
-#   `concat` and interleaved by the same reshape/transpose (pure data movement, exact).
+# * the interleaved RoPE partner r[j^1] is built by data movement only, then out = r·cos_il ± swapped·sin_signed
+#   exactly as `rope_il`; the interleaved tables come from `index_select` rows at the positions, the half
+#   duplicated/negated and interleaved by data movement (exact).
 # So every op and rounding point is the reference's: on CPU the results are bitwise the reference's except
 # where pypto's calculator evaluates SQRT with torch's f32 sqrt, which is 1 ulp off the correctly rounded
 # value on ~0.6 % of arguments (then inv_rms moves by an ulp: ≤ 1 bf16 ulp / ±1 int8 LSB on rare points).
-# Tile last dims must span 32 bytes, so column views [.., 1] are taken under 8-wide tiles.
+#
+# Two sets of helpers. The block helpers (`_PtoBlock`, `_pto_pairwise_sum`, `_pto_rope`, ...; used by other
+# families) work on rank-3/4 [rows, heads, ...] tiles with narrow views. This family's templates use the rank-2
+# helpers below them: pypto 0.2.0's cost model charges narrow views of rank-3/4 tiles, last-dim-1 columns and
+# per-op task chains heavily, while rank-2 reshapes and transposes of contiguous data are cheap. So a reduced
+# axis is moved to the rows by a transpose and numpy's order runs as adds of whole [8, C] / [1, C] row views,
+# a pair swap is a row swap of the transposed rope part, and every token (or block of whole rows) is one
+# forced subgraph (`sg_set_scope`). Flash TP4 cost-model µs, before → after: qproj_dequant_rms_nope_rope
+# 2217 → 194, kv_rms_norm_rope 87 → 10, qr_rms_norm_quant 26 → 12, rope_tables (1 block) 135 → 3.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
 
 
@@ -293,12 +300,6 @@ def _pto_rope(blk: _PtoBlock, r: str, lead, rd: int, cos_il, sin_signed, out: st
     src(f"{out} = {op}(pypto.mul({r}, cb), pypto.mul(swp, sb))")
 
 
-def _pto_rows_for(bytes_per_row: int, cap: int = 32, budget: int = 256 * 1024) -> int:
-    """Rows per loop iteration (rank-2 templates): what keeps a block's f32 working set around `budget` bytes
-    (pypto splits it into UB tiles; fewer iterations = fewer task chains), ignoring the IR's SPMD rows tile."""
-    return max(1, min(cap, budget // max(1, bytes_per_row)))
-
-
 def _pto_rows_whole_tile(row_elems: int, cap: int = 8) -> int:
     """Rows per block for templates with rank-3 [rows, heads, dim] math: as many as fit ONE vector tile
     (`vec_tile`'s 16 KiB of f32), so tiles split heads/dims but never the rows of a block. pypto 0.2.0's
@@ -307,144 +308,316 @@ def _pto_rows_whole_tile(row_elems: int, cap: int = 8) -> int:
     return max(1, min(cap, 4096 // max(1, row_elems)))
 
 
+# ---- rank-2 helpers (see the section header) -------------------------------------------------------------------
+_PTO_T_TILE = 64          # the column tile of the transposes (the UB holds ~3 transpose tiles)
+
+
+def _pto_align(width: int, elems: int = 16) -> int:
+    """A tile's last dim: `width` rounded up to whole 32-byte blocks for 2-byte operands (≥ 16 elements)."""
+    return max(elems, -(-width // elems) * elems)
+
+
+def _pto_tile2(src: Src, rows: int, width: int, budget: int = 16384) -> None:
+    """A rank-2 vector tile for [rows, width] f32 tensors: the width whole (aligned), rows as the element
+    budget allows (≥ 1)."""
+    w = _pto_align(width)
+    src(f"pypto.set_vec_tile_shapes({max(1, min(rows, budget // w))}, {w})")
+
+
+def _pto_pairwise_rows(src: Src, x_t: str, n: int, cols: int, tag: str) -> str:
+    """numpy's float32 pairwise sum over the ROWS of the f32 tensor `x_t` [n, cols] (each column one reduced
+    vector): returns the name of a [1, cols] row. Every "element" of numpy's recursion is a [1, cols] row."""
+    counter = [0]
+
+    def fresh() -> str:
+        counter[0] += 1
+        return f"{tag}{counter[0]}"
+
+    def rows(t: str, off: int, k: int) -> str:
+        return f"pypto.view({t}, [{k}, {cols}], [{off}, 0])"
+
+    def block(off: int, m: int) -> str:
+        res = fresh()
+        if m < 8:
+            src(f"{res} = {rows(x_t, off, 1)}")
+            for i in range(1, m):
+                src(f"{res} = pypto.add({res}, {rows(x_t, off + i, 1)})")
+            return res
+        if m <= 128:
+            acc = fresh()
+            src(f"{acc} = {rows(x_t, off, 8)}")
+            i = 8
+            while i < m - (m % 8):
+                src(f"{acc} = pypto.add({acc}, {rows(x_t, off + i, 8)})")
+                i += 8
+            r = [rows(acc, k, 1) for k in range(8)]
+            src(f"{res} = pypto.add(pypto.add(pypto.add({r[0]}, {r[1]}), pypto.add({r[2]}, {r[3]})), "
+                f"pypto.add(pypto.add({r[4]}, {r[5]}), pypto.add({r[6]}, {r[7]})))")
+            for j in range(i, m):
+                src(f"{res} = pypto.add({res}, {rows(x_t, off + j, 1)})")
+            return res
+        half = m // 2
+        half -= half % 8
+        a = block(off, half)
+        b = block(off + half, m - half)
+        src(f"{res} = pypto.add({a}, {b})")
+        return res
+
+    src(f"pypto.set_vec_tile_shapes(8, {_pto_align(min(cols, 2048), 8)})")
+    return block(0, n)
+
+
+def _pto_row_sums(src: Src, x: str, rows: int, n: int, out: str, tag: str = "pw") -> None:
+    """`out` [rows, 1] = numpy's float32 sum over the last axis of the f32 tensor `x` [rows, n] (static rows,
+    no valid_shape), in numpy's pairwise order, bitwise. Widths 128·2^k (k ≥ 0) run their 128-blocks side by
+    side: reshape [rows·nb, 128] → transpose → the 8 accumulators of every block at once → [rows, nb] → the
+    balanced tree of the blocks. Other widths: transpose [n, rows] and numpy's generic recursion on row views."""
+    nb = n // 128
+    if n % 128 == 0 and nb & (nb - 1) == 0:
+        cols = rows * nb
+        if nb > 1:
+            src(f"pypto.set_vec_tile_shapes({min(cols, 128)}, 128)")
+            src(f"{tag}_b = pypto.reshape({x}, [{cols}, 128])")
+            blocks = f"{tag}_b"
+        else:
+            blocks = x
+        src(f"pypto.set_vec_tile_shapes(128, {_pto_align(min(cols, _PTO_T_TILE), 8)})")
+        src(f"{tag}_t = pypto.transpose({blocks}, 0, 1)")
+        lanes = _pto_pairwise_rows(src, f"{tag}_t", 128, cols, tag)
+        src(f"pypto.set_vec_tile_shapes({min(rows, 256)}, 8)")
+        if nb == 1:
+            src(f"{out} = pypto.reshape({lanes}, [{rows}, 1])")
+            return
+        src(f"{tag}_c = pypto.reshape({lanes}, [{rows}, {nb}])")
+
+        def tree(lo: int, hi: int) -> str:
+            if hi - lo == 1:
+                return f"pypto.view({tag}_c, [{rows}, 1], [0, {lo}])"
+            mid = (lo + hi) // 2
+            return f"pypto.add({tree(lo, mid)}, {tree(mid, hi)})"
+
+        src(f"{out} = {tree(0, nb)}")
+        return
+    src(f"pypto.set_vec_tile_shapes({min(_pto_align(n, 8), 128)}, {_pto_align(min(rows, _PTO_T_TILE), 8)})")
+    src(f"{tag}_t = pypto.transpose({x}, 0, 1)")
+    total = _pto_pairwise_rows(src, f"{tag}_t", n, rows, tag)
+    src(f"pypto.set_vec_tile_shapes({min(rows, 256)}, 8)")
+    src(f"{out} = pypto.reshape({total}, [{rows}, 1])")
+
+
+def _pto_inv_rms_rows(src: Src, x: str, rows: int, n: int, eps: float, out: str) -> None:
+    """`out` [rows, 1] = 1/sqrt(mean(x², -1) + eps) like `_inv_rms` (np.mean: pairwise sum / n), x [rows, n]."""
+    _pto_tile2(src, rows, n)
+    src(f"sq = pypto.mul({x}, {x})")
+    _pto_row_sums(src, "sq", rows, n, "ss")
+    src(f"pypto.set_vec_tile_shapes({min(rows, 256)}, 8)")
+    src(f"one = pypto.full([{rows}, 1], 1.0, pypto.DT_FP32)")
+    src(f"{out} = pypto.div(one, pypto.sqrt(pypto.add(pypto.div(ss, {float(n)!r}), {float(eps)!r})))")
+
+
+def _pto_rope_rows(src: Src, r: str, rows: int, rd: int, c: str, s: str, out: str, inverse: bool = False) -> None:
+    """`out` [rows, rd] = rope_il of the f32 rope part r [rows, rd] with f32 tables c, s ([1, rd] or [rows, rd]):
+    r·c ± r[j^1]·s. The pair swap is data movement on the transposed rows: [rd, rows] → [rd/2, 2·rows] (row i =
+    rows 2i, 2i+1) → swap the halves → back (exact)."""
+    half = rd // 2
+    w = _pto_align(rows, 8)
+    src(f"pypto.set_vec_tile_shapes({rd}, {min(w, _PTO_T_TILE)})")
+    src("rt = pypto.transpose(" + r + ", 0, 1)")
+    src(f"pypto.set_vec_tile_shapes({half}, {_pto_align(2 * rows, 8)})")
+    src(f"r2 = pypto.reshape(rt, [{half}, {2 * rows}])")
+    src(f"sw2 = pypto.concat([pypto.view(r2, [{half}, {rows}], [0, {rows}]), "
+        f"pypto.view(r2, [{half}, {rows}], [0, 0])], -1)")
+    src(f"pypto.set_vec_tile_shapes({rd}, {w})")
+    src(f"swt = pypto.reshape(sw2, [{rd}, {rows}])")
+    src(f"pypto.set_vec_tile_shapes({min(rows, _PTO_T_TILE)}, {_pto_align(rd, 8)})")
+    src("swp = pypto.transpose(swt, 0, 1)")
+    op = "pypto.sub" if inverse else "pypto.add"
+    src(f"{out} = {op}(pypto.mul({r}, {c}), pypto.mul(swp, {s}))")
+
+
+def _pto_token_units(src: Src, t, unroll: int = 1):
+    """One token per unit, `unroll` units per loop iteration (each its own forced subgraph, `sg_set_scope` id =
+    the unit's place): the runtime's per-iteration cost is shared by `unroll` independent tasks. Whole groups,
+    then the remaining tokens one per iteration. Yields the scope id of each unit body to emit, with `r0` set."""
+    total = f"{t.name}.shape[0]" if t.is_dynamic(0) else str(t.shape[0])
+    static = None if t.is_dynamic(0) else t.shape[0]
+    src(f"rows = {total}")
+    if unroll > 1 and (static is None or static >= unroll):
+        with src.block(f"for blk in pypto.loop(0, rows // {unroll}, 1, name=\"rows_loop\", idx_name=\"blk\"):"):
+            for u in range(unroll):
+                src(f"r0 = blk * {unroll} + {u}")
+                yield u + 1
+    if unroll == 1 or static is None or static % unroll:
+        start = f"rows // {unroll} * {unroll}" if unroll > 1 else "0"
+        name = "tail_loop" if unroll > 1 else "rows_loop"
+        with src.block(f"for r0 in pypto.loop({start}, rows, 1, name=\"{name}\", idx_name=\"r0\"):"):
+            yield 1
+
+
+def _pto_block_loops(src: Src, t, rows: int):
+    """The row loops of templates whose blocks must be whole (no valid_shape: their math transposes and packs
+    the block): `rows // R` full blocks of R = `rows` tokens, then the remaining tokens one at a time. Yields
+    (block rows, row offset expression) once per loop body to emit."""
+    total = f"{t.name}.shape[0]" if t.is_dynamic(0) else str(t.shape[0])
+    static = None if t.is_dynamic(0) else t.shape[0]
+    src(f"rows = {total}")
+    if static is None or static >= rows:
+        with src.block(f"for blk in pypto.loop(0, rows // {rows}, 1, name=\"rows_loop\", idx_name=\"blk\"):"):
+            src(f"r0 = blk * {rows}")
+            yield rows, "r0"
+    if static is None or static % rows:
+        with src.block(f"for r1 in pypto.loop(rows // {rows} * {rows}, rows, 1, name=\"tail_loop\", "
+                       f"idx_name=\"r1\"):"):
+            yield 1, "r1"
+
+
+_PTO_ROPE_TABLE_ROWS = 32   # tokens per forced subgraph
+
+
 def pypto_rope_tables(spec: KernelSpec) -> str:
     """cos_il / sin_signed [T, rd] bf16: the table rows at `positions` (index_select), the first rd/2 columns
-    duplicated (cos) or [−s, s] (sin), interleaved by reshape [rows, 2, rd/2] → transpose → [rows, rd]."""
+    transposed to [rd/2, R], duplicated (cos) or [−s | s] (sin) side by side as [rd/2, 2R], which reshapes to
+    the interleaved [rd, R] (row 2i, 2i+1 = column i twice), transposed back (pure data movement, exact).
+    Whole blocks of R tokens, then the rest one at a time (the packing needs whole blocks)."""
     cos, sin, pos = spec.operands
     cos_il, sin_signed = spec.results
     rd = int(spec.attrs["rope_dim"])
     half = rd // 2
     src = Src(spec.signature())
-    loop = RowLoop(src, pos, 32)  # fewer, larger blocks than the IR's rows tile (one fused chain each)
-    blk = _PtoBlock(loop, pos)
-    br = blk.rows
-    with loop.loop():
-        _pto_scope(src, 1)  # one subgraph per row block (the tables are small)
-        _pto_set_tile(src, [max(br, 8)])
-        src(f"pv = {loop.view(pos)}")
-        _pto_set_tile(src, [br, cos.shape[1]])
+    for r, r0 in _pto_block_loops(src, pos, _PTO_ROPE_TABLE_ROWS):
+        w = _pto_align(r, 8)
+        _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({w})")
+        src(f"pv = pypto.view({pos.name}, [{r}], [{r0}])")
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(cos.shape[1])})")
         for name, table in (("c", cos), ("s", sin)):
             src(f"{name}f = {cast_expr(f'pypto.index_select({table.name}, 0, pv)', table.dtype, 'f32')}")
-            src(f"{name}h = {blk.sub(name + 'f', [br], [0, 0], half)}")
-        _pto_set_tile(src, [br, rd])
-        src("cc = pypto.concat([ch, ch], -1)")
-        src("ss = pypto.concat([pypto.neg(sh), sh], -1)")
+        src(f"pypto.set_vec_tile_shapes({half}, {w})")
+        for name in ("c", "s"):
+            src(f"{name}t = pypto.transpose(pypto.view({name}f, [{r}, {half}], [0, 0]), 0, 1)")
+        src(f"pypto.set_vec_tile_shapes({half}, {_pto_align(2 * r, 8)})")
+        src("cc = pypto.concat([ct, ct], -1)")
+        src("ss = pypto.concat([pypto.neg(st), st], -1)")
         for name, target in (("cc", cos_il), ("ss", sin_signed)):
-            _pto_set_tile(src, [br, 2, half])
-            src(f"{name}3 = {blk.reshape(name, [br, 2, half])}")
-            _pto_set_tile(src, [br, half, 2])
-            src(f"{name}t = pypto.transpose({name}3, 1, 2)")
-            _pto_set_tile(src, [br, rd])
-            src(f"{name}i = {blk.reshape(name + 't', [br, rd])}")
-            src(f"{name}o = {cast_expr(name + 'i', 'f32', target.dtype)}")
-            loop.store(f"{name}o", target)
+            src(f"pypto.set_vec_tile_shapes({rd}, {w})")
+            src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+            src(f"{name}o = {cast_expr(f'pypto.transpose({name}2, 0, 1)', 'f32', target.dtype)}")
+            src(f"pypto.assemble({name}o, [{r0}, 0], {target.name})")
         _pto_scope(src, -1)
     return src.text()
 
 
+_PTO_NORM_ROWS = 16   # rows per forced subgraph of the row-norm templates (whole blocks, then single rows)
+
+
 def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
-    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k."""
+    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums transpose
+    the block: `_pto_row_sums`), each one forced subgraph."""
     qa, gamma = spec.operands
     qr, scale = spec.results
     n = qa.shape[1]
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    loop = RowLoop(src, qa, _pto_rows_for(n * 4 * 4))
-    blk = _PtoBlock(loop, qa)
-    br = blk.rows
-    fuse = _pto_fusible(br * n)
-    wide = _pto_vec_tile((br, n), 4)
-    with loop.loop():
-        _pto_scope(src, 1, fuse)  # one subgraph per row block when small
-        _pto_set_tile(src, wide)
-        src(f"x = {loop.view(qa)}")
-        _pto_inv_rms(blk, "x", [br], n, eps, "inv", wide, side_by_side=fuse)
+    for r, r0 in _pto_block_loops(src, qa, _PTO_NORM_ROWS):
+        _pto_scope(src, 1)
+        _pto_tile2(src, r, n)
+        src(f"x = pypto.view({qa.name}, [{r}, {n}], [{r0}, 0])")
+        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
+        _pto_tile2(src, r, n)
         src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
         src("qn = pypto.mul(pypto.mul(x, inv), g)")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(qn), -1, keepdim=True), 0.0001)")
-        _pto_set_tile(src, [br, 8])
-        src(f"k = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32{blk.valid(1)}), amax)")
-        src(f"s = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32{blk.valid(1)}), k)")
-        _pto_set_tile(src, wide)
+        src(f"pypto.set_vec_tile_shapes({r}, 8)")
+        src(f"k = pypto.div(pypto.full([{r}, 1], 127.0, pypto.DT_FP32), amax)")
+        src(f"s = pypto.div(pypto.full([{r}, 1], 1.0, pypto.DT_FP32), k)")
+        _pto_tile2(src, r, n)
         src(f"qv = {cast_expr('pypto.mul(qn, k)', 'f32', 'i8')}")
-        loop.store("qv", qr)
-        _pto_set_tile(src, [max(br, 8)])
-        src(f"s1 = {blk.reshape('s', [br])}")
-        loop.store("s1", scale)
-        _pto_scope(src, -1, fuse)
+        src(f"pypto.assemble(qv, [{r0}, 0], {qr.name})")
+        src(f"pypto.set_vec_tile_shapes({_pto_align(r, 8)})")
+        src(f"pypto.assemble(pypto.reshape(s, [{r}]), [{r0}], {scale.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
+_PTO_QPROJ_UNROLL = 4    # tokens per loop iteration (one task each)
+
+
 def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
-    """q = (f32(acc)·qr_scale)·wq_b_scale → [rows, H, hd]; q·inv_rms per head; RoPE on the last rd dims;
-    one bf16 rounding (nope and rope parts assembled separately)."""
+    """q = (f32(acc)·qr_scale)·wq_b_scale → [H, hd] per token; q·inv_rms per head; RoPE on the last rd dims;
+    one bf16 rounding (nope and rope parts assembled separately).
+
+    One token per forced subgraph, 4 per loop iteration (flash: 2217 → ~194 µs in the cost model): rank-2
+    math on q [H, hd] (the row sums by `_pto_row_sums`, the RoPE pair swap by `_pto_rope_rows`)."""
     acc, sa, sw, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     _, heads, hd = out.shape
     n = acc.shape[1]
     rd = cos_il.shape[1]
+    nope = hd - rd
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    loop = RowLoop(src, acc, _pto_rows_whole_tile(n))
-    blk = _PtoBlock(loop, acc)
-    br = blk.rows
-    fuse = _pto_fusible(br * n)
-    wide2 = _pto_vec_tile((br, n), 4)
-    wide3 = _pto_vec_tile((br, heads, hd), 4)
-    with loop.loop():
-        _pto_scope(src, 1, fuse)  # one subgraph per row block when small
-        _pto_set_tile(src, wide2)
-        src(f"sav = {blk.reshape(loop.view(sa), [br, 1])}")
-        src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
-        src(f"q2 = pypto.mul(pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, sav), swv)")
-        _pto_set_tile(src, wide3)
-        src(f"q = {blk.reshape('q2', [br, heads, hd])}")
-        _pto_inv_rms(blk, "q", [br, heads], hd, eps, "inv", wide3, side_by_side=fuse)
+    src(f"pypto.set_vec_tile_shapes({_pto_align(min(n, 16384))})")
+    src(f"swr = pypto.reshape({sw.name}, [1, {n}])")
+    for unit in _pto_token_units(src, acc, _PTO_QPROJ_UNROLL):
+        _pto_scope(src, unit)
+        src("pypto.set_vec_tile_shapes(8)")
+        src(f"sav = pypto.reshape(pypto.view({sa.name}, [1], [r0]), [1, 1])")
+        src(f"pypto.set_vec_tile_shapes(1, {_pto_align(rd)})")
+        src(f"cf = {cast_expr(f'pypto.view({cos_il.name}, [1, {rd}], [r0, 0])', cos_il.dtype, 'f32')}")
+        src(f"sf = {cast_expr(f'pypto.view({sin_signed.name}, [1, {rd}], [r0, 0])', sin_signed.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes(1, {_pto_align(min(n, 16384))})")
+        src(f"x = {cast_expr(f'pypto.view({acc.name}, [1, {n}], [r0, 0])', acc.dtype, 'f32')}")
+        src("q2 = pypto.mul(pypto.mul(x, sav), swr)")
+        _pto_tile2(src, heads, hd)
+        src(f"q = pypto.reshape(q2, [{heads}, {hd}])")
+        _pto_inv_rms_rows(src, "q", heads, hd, eps, "inv")
+        _pto_tile2(src, heads, hd)
         src("qn = pypto.mul(q, inv)")
-        _pto_rope_tail(blk, "qn", [br, heads], hd, rd, cos_il, sin_signed, out, wide3)
-        _pto_scope(src, -1, fuse)
+        if nope:
+            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{heads}, {nope}], [0, 0])', 'f32', out.dtype)}")
+            src(f"pypto.set_vec_tile_shapes(1, {_pto_divisor(heads, 16384 // _pto_align(nope))}, {_pto_align(nope)})")
+            src(f"pypto.assemble(pypto.reshape(nb_, [1, {heads}, {nope}]), [r0, 0, 0], {out.name})")
+        src(f"pypto.set_vec_tile_shapes({min(heads, _PTO_T_TILE)}, {_pto_align(rd, 8)})")
+        src(f"rp = pypto.view(qn, [{heads}, {rd}], [0, {nope}])")
+        _pto_rope_rows(src, "rp", heads, rd, "cf", "sf", "ro")
+        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes(1, {min(heads, _PTO_T_TILE)}, {_pto_align(rd)})")
+        src(f"pypto.assemble(pypto.reshape(rob, [1, {heads}, {rd}]), [r0, 0, {nope}], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
-def _pto_rope_tail(blk: _PtoBlock, x: str, lead, width: int, rd: int, cos_il, sin_signed, out, wide_tile) -> None:
-    """Round x[..., :width-rd] and rope(x[..., width-rd:]) to out's dtype and assemble both at the block row
-    (rounding each part before or after pure data movement gives the same bits)."""
-    src = blk.src
-    k = len(lead)
-    nope = width - rd
-    src(f"rp = {blk.sub(x, lead, [0] * k + [nope], rd)}")
-    _pto_rope(blk, "rp", lead, rd, cos_il, sin_signed, "ro", wide_tile)
-    base = [blk.r0] + ["0"] * k
-    if nope:
-        src(f"np_ = {cast_expr(blk.sub(x, lead, [0] * (k + 1), nope), 'f32', out.dtype)}")
-        src(f"pypto.assemble(np_, {py_list(base)}, {out.name})")
-    src(f"ro_ = {cast_expr('ro', 'f32', out.dtype)}")
-    src(f"pypto.assemble(ro_, {py_list(base[:-1] + [f'{base[-1]} + {nope}' if nope else base[-1]])}, {out.name})")
-
-
 def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
-    """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately)."""
+    """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately). Blocks of whole
+    rows as one forced subgraph each: rank-2 math (`_pto_row_sums`, `_pto_rope_rows`)."""
     ka, gamma, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     n = ka.shape[1]
     rd = cos_il.shape[1]
+    nope = n - rd
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    loop = RowLoop(src, ka, _pto_rows_for(n * 4 * 4))
-    blk = _PtoBlock(loop, ka)
-    br = blk.rows
-    fuse = _pto_fusible(br * n)
-    wide = _pto_vec_tile((br, n), 4)
-    with loop.loop():
-        _pto_scope(src, 1, fuse)  # one subgraph per row block when small
-        _pto_set_tile(src, wide)
-        src(f"x = {loop.view(ka)}")
-        _pto_inv_rms(blk, "x", [br], n, eps, "inv", wide, side_by_side=fuse)
+    for r, r0 in _pto_block_loops(src, ka, _PTO_NORM_ROWS):
+        _pto_scope(src, 1)
+        _pto_tile2(src, r, n)
+        src(f"x = pypto.view({ka.name}, [{r}, {n}], [{r0}, 0])")
+        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
+        _pto_tile2(src, r, n)
         src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
         src("kn = pypto.mul(pypto.mul(x, inv), g)")
-        _pto_rope_tail(blk, "kn", [br], n, rd, cos_il, sin_signed, out, wide)
-        _pto_scope(src, -1, fuse)
+        if nope:
+            src(f"np_ = {cast_expr(f'pypto.view(kn, [{r}, {nope}], [0, 0])', 'f32', out.dtype)}")
+            src(f"pypto.assemble(np_, [{r0}, 0], {out.name})")
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+        for name, t in (("cb", cos_il), ("sb", sin_signed)):
+            src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
+        src(f"rp = pypto.view(kn, [{r}, {rd}], [0, {nope}])")
+        _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+        src(f"ro_ = {cast_expr('ro', 'f32', out.dtype)}")
+        src(f"pypto.assemble(ro_, [{r0}, {nope}], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 

@@ -51,7 +51,8 @@ CASES = {
     "split_pre_post": Case("graph @k<T = 20>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
                            "  %pre, %post = split_pre_post(%m, %inv, %s, %b) {tile = [8], tail = clamp}"
                            " : f32[T,4], f32[T,4]\n  return %pre, %post\n}\n", ulps=None, rel=1e-6),
-    "comb_sinkhorn": Case("graph @k<T = 12>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
+    # T = 20: one whole 16-token block (tokens as the wide last dim) and 4 single-token tail iterations
+    "comb_sinkhorn": Case("graph @k<T = 20>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
                           "  %c = comb_sinkhorn(%m, %inv, %s, %b) {tile = [8], tail = clamp} : f32[T,4,4]\n"
                           "  return %c\n}\n", ulps=None, rel=1e-5),
     "qr_rms_norm_quant": Case("graph @k<T = 20>(%qa: f32[T,64], %g: f32[64]) {\n"
