@@ -217,8 +217,11 @@ def shared_routed(sh, routed_y, **_):
 # * Small row blocks run their vector chain as one forced subgraph (sg_set_scope, kernels.qkv's rule): tiny
 #   ffn_norm 45 k → 27 k cycles, route_sort 32 k → 10 k, route_hash 30 k → 18 k, shared_routed 27 k → 10 k;
 #   not the experts' chains (fusing them cost cycles).
-# * PYPTO_TEMPLATES_EP1: dispatch_meta and combine at one rank (no peer: every route local, notify/wait no-ops),
-#   outside PYPTO_TEMPLATES because the lowering runs collective tasks on numpy.
+# * PYPTO_TEMPLATES_EP1: dispatch_meta, dispatch_push and combine at one rank (no peer: every route local,
+#   notify/wait no-ops), outside PYPTO_TEMPLATES because at EP > 1 they are cross-rank collectives; the pypto
+#   executor (lowering.pypto_exec.placement) uses them when the task graph runs on one rank. dispatch_push's
+#   lane slots (a running per-expert count, no loop-carried state in pypto 0.2.0) come from a triangular
+#   prefix-count matmul and per-expert selection matrices — bitwise, lanes no route reaches keep the window.
 # pypto 0.2.0 on CPU: a broadcasting binary op must take the broadcast ([rows, 1] / [1, n]) operand
 # *second*: `mul(col, mat)` is misread by the tensor-graph interpreter (wrong values), `mul(mat, col)` is
 # right (IEEE products commute, so the order costs nothing).
@@ -616,10 +619,102 @@ def pypto_combine_ep1(spec: KernelSpec) -> str:
     return src.text()
 
 
+def pypto_dispatch_push_ep1(spec: KernelSpec) -> str:
+    """EP1 only (every route local, lanes [0, RM) of source 0): route (t, k) → expert e = indices[t, k], lane
+    slot = #routes before it (in (t, k) order) to e; recv_x[e, slot] = x_i8[t], recv_aux[e, slot] =
+    (x_scale[t], weights[t, k]), recv_route[e, slot] = t·K + k; other lanes keep their contents.
+
+    No loop-carried counter: hit_k[t, e] = (indices[t, k] == e), the exclusive prefix over tokens
+    P = L·Σ_k hit_k (L strictly lower triangular, an f32 cube matmul of 0/1 counts: exact), the slot of route
+    (t, k) for e is S_k = P + Σ_{k'<k} hit_k' where hit_k, else −1. Per expert (a runtime loop), the selection
+    sel_k[b, t] = (S_k[t, e] == b) picks each lane's route: x rows by an f32 matmul sel·x (one 1 per row:
+    exact), the f32 payloads by Σ_t sel_k·value (one non-zero term: exact); lanes no route reaches keep
+    the window's value (where). `data_arrived` is not touched (no peer)."""
+    spec = spec.static()
+    idx, wts, x, xs, rx_in, ra_in, rr_in, _sig_in = spec.operands
+    rx, ra, rr = spec.results
+    tokens, k = idx.shape
+    n_local, rm, hidden = rx.shape
+    assert rm == tokens, "moe_dispatch_push has a pypto form at EP1 only (RECV_MAX = T lanes of one source)"
+    src = Src(spec.signature())
+    _pto_expert_ids(src, n_local)
+    _pto_set_tile(src, [max(tokens, 8)])
+    src(f"ti1 = pypto.arange(0.0, {float(tokens)!r}, 1.0)")
+    _pto_set_tile(src, [max(rm, 8)])
+    src(f"bi1 = pypto.arange(0.0, {float(rm)!r}, 1.0)")
+    _pto_set_tile(src, vec_tile((tokens, max(n_local, tokens)), 4))
+    src(f"io = pypto.reshape(io1, [1, {n_local}])")
+    src(f"idf = {cast_expr(idx.name, 'i32', 'f32')}")
+    for j in range(k):
+        src(f"hit{j} = pypto.where(pypto.eq(io, pypto.view(idf, [{tokens}, 1], [0, {j}])), 1.0, 0.0)")
+    per_token = "hit0"
+    for j in range(1, k):
+        per_token = f"pypto.add({per_token}, hit{j})"
+    src(f"hsum = {per_token}")
+    src(f"tr = pypto.reshape(ti1, [1, {tokens}])")
+    src(f"tc = pypto.reshape(ti1, [{tokens}, 1])")
+    src("low = pypto.where(pypto.lt(tr, tc), 1.0, 0.0)")
+    src(f"pypto.set_cube_tile_shapes({cube_shapes(tokens, tokens, n_local, 'f32')})")
+    src("pre = pypto.matmul(low, hsum, pypto.DT_FP32)")
+    _pto_set_tile(src, vec_tile((tokens, max(n_local, tokens)), 4))
+    src("before = pre")
+    for j in range(k):
+        src(f"s{j} = pypto.where(pypto.eq(hit{j}, 1.0), before, -1.0)")
+        if j + 1 < k:
+            src(f"before = pypto.add(before, hit{j})")
+    src(f"xf = {cast_expr(x.name, 'i8', 'f32')}")
+    src(f"rid = pypto.mul(tc, {float(k)!r})")
+    src(f"bc = pypto.reshape(bi1, [{rm}, 1])")
+    with src.block(f'for e in pypto.loop(0, {n_local}, 1, name="expert_loop", idx_name="e"):'):
+        _pto_set_tile(src, vec_tile((rm, tokens), 4))
+        for j in range(k):
+            src(f"row{j} = pypto.reshape(pypto.view(s{j}, [{tokens}, 1], [0, e]), [1, {tokens}])")
+            src(f"sel{j} = pypto.where(pypto.eq(bc, row{j}), 1.0, 0.0)")
+        sel = "sel0"
+        for j in range(1, k):
+            sel = f"pypto.add({sel}, sel{j})"
+        src(f"sel = {sel}")
+        src("got = pypto.sum(sel, -1, keepdim=True)")
+        src("hitrow = pypto.eq(got, 1.0)")
+        xs_row = f"pypto.reshape({xs.name}, [1, {tokens}])"
+        scale_terms, weight_terms, route_terms = [], [], []
+        for j in range(k):
+            src(f"w{j} = pypto.reshape(pypto.view({wts.name}, [{tokens}, 1], [0, {j}]), [1, {tokens}])")
+            src(f"r{j} = pypto.reshape(pypto.add(rid, {float(j)!r}), [1, {tokens}])")
+            scale_terms.append(f"pypto.sum(pypto.mul(sel{j}, {xs_row}), -1, keepdim=True)")
+            weight_terms.append(f"pypto.sum(pypto.mul(sel{j}, w{j}), -1, keepdim=True)")
+            route_terms.append(f"pypto.sum(pypto.mul(sel{j}, r{j}), -1, keepdim=True)")
+        for name, terms in (("sc", scale_terms), ("wt", weight_terms), ("ro", route_terms)):
+            expr = terms[0]
+            for term in terms[1:]:
+                expr = f"pypto.add({expr}, {term})"
+            src(f"{name} = {expr}")
+        src(f"old_s = pypto.reshape(pypto.view({ra_in.name}, [1, {rm}, 1], [e, 0, 0]), [{rm}, 1])")
+        src(f"old_w = pypto.reshape(pypto.view({ra_in.name}, [1, {rm}, 1], [e, 0, 1]), [{rm}, 1])")
+        src(f"old_r = {cast_expr(f'pypto.reshape(pypto.view({rr_in.name}, [1, {rm}], [e, 0]), [{rm}, 1])', 'i32', 'f32')}")
+        src("new_s = pypto.where(hitrow, sc, old_s)")
+        src("new_w = pypto.where(hitrow, wt, old_w)")
+        src(f"new_r = {cast_expr('pypto.where(hitrow, ro, old_r)', 'f32', 'i32')}")
+        _pto_set_tile(src, [1, rm, 8])
+        src(f"pypto.assemble(pypto.reshape(new_s, [1, {rm}, 1]), [e, 0, 0], {ra.name})")
+        src(f"pypto.assemble(pypto.reshape(new_w, [1, {rm}, 1]), [e, 0, 1], {ra.name})")
+        _pto_set_tile(src, [1, max(rm, 8)])
+        src(f"pypto.assemble(pypto.reshape(new_r, [1, {rm}]), [e, 0], {rr.name})")
+        src(f"pypto.set_cube_tile_shapes({cube_shapes(rm, tokens, hidden, 'f32')})")
+        src("xe = pypto.matmul(sel, xf, pypto.DT_FP32)")
+        _pto_set_tile(src, vec_tile((rm, hidden), 4))
+        src(f"old_x = {cast_expr(f'pypto.reshape(pypto.view({rx_in.name}, [1, {rm}, {hidden}], [e, 0, 0]), [{rm}, {hidden}])', 'i8', 'f32')}")
+        src(f"new_x = {cast_expr('pypto.where(hitrow, xe, old_x)', 'f32', 'i8')}")
+        _pto_set_tile(src, [1] + vec_tile((rm, hidden), 4))
+        src(f"pypto.assemble(pypto.reshape(new_x, [1, {rm}, {hidden}]), [e, 0, 0], {rx.name})")
+    return src.text()
+
+
 # EP1 forms of collectives: at one rank every route is local and the notifies / waits have no peer, so the op is
-# local work. The lowering runs collective tasks on numpy (they are not in PYPTO_TEMPLATES); these are valid only
-# when the task graph runs on one rank (the templates assert recv_meta has one source row).
-PYPTO_TEMPLATES_EP1 = {"moe_dispatch_meta": pypto_dispatch_meta_ep1, "moe_combine": pypto_combine_ep1}
+# local work. They are not in PYPTO_TEMPLATES (at EP > 1 the ops are cross-rank); the pypto executor uses them when
+# the task graph runs on one rank (the templates assert one source rank).
+PYPTO_TEMPLATES_EP1 = {"moe_dispatch_meta": pypto_dispatch_meta_ep1, "moe_dispatch_push": pypto_dispatch_push_ep1,
+                       "moe_combine": pypto_combine_ep1}
 
 _PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, which "
                    "compile but SIGSEGV in the CPU cost-model simulation and which the host calculator cannot "
@@ -630,11 +725,10 @@ PYPTO_UNSUPPORTED = {
                          "meta, then the column sums; " + _PTO_CROSS_RANK + ". At EP1 it degenerates to a local "
                          "histogram of the indices (notify/wait have no peer): PYPTO_TEMPLATES_EP1",
     "moe_dispatch_push": "collective: one-sided puts of each route's row into its lane on the destination rank, then "
-                         "every SPMD block notifies `data_arrived` on every peer; " + _PTO_CROSS_RANK + ". Even at EP1 "
-                         "the lane of route (t, k) is a running per-expert counter over the routes in (t, k) order "
-                         "(an ordered, data-dependent slot assignment): pypto 0.2.0 has no loop-carried scalar state, "
-                         "and the vector form (one-hot, prefix sum over routes, scatter_update with in-kernel computed "
-                         "rows of i8 / 2-wide f32 / 1-wide i32 payloads) is outside the verified idioms",
+                         "every SPMD block notifies `data_arrived` on every peer; " + _PTO_CROSS_RANK + ". At EP1 the "
+                         "lane of route (t, k) is a running per-expert count over the routes in (t, k) order, all "
+                         "local (notify has no peer): PYPTO_TEMPLATES_EP1 computes it without loop-carried state "
+                         "(prefix counts by a triangular matmul, lanes filled by selection matmuls)",
     "moe_combine": "collective: puts every compact expert row back to its origin rank (row t·K + k of that rank's "
                    "routed_y window), each SPMD block notifying `combine_arrived` on every peer; " + _PTO_CROSS_RANK
                    + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: PYPTO_TEMPLATES_EP1",

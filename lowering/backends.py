@@ -6,8 +6,9 @@ dict per rank). They lower the (verified) graph as it is, then execute the task 
 * `numpy`    the kernels' numpy references in submission order (equal to the interpreter bit for bit);
 * `shuffled` a random valid order of the explicit deps, atomic split reductions in a random split order
              (seed: $DSPARK_SHUFFLE_SEED, default 0);
-* `pypto`    every templated kernel through pypto 0.2.0 on CPU, one job per rank (collectives and ops
-             without a template fall back to numpy, reported on stderr).
+* `pypto`    every kernel with a pypto form through pypto 0.2.0 on CPU, one job per rank; cross-rank
+             collectives run their numpy reference (pypto's distributed ops cannot run on CPU). stderr
+             lists every task that did not run on a plain template, with the reason.
 * `interp`   the reference interpreter itself (`dspark_ir.interp.run`), kept reachable under its own name.
 """
 from __future__ import annotations
@@ -43,6 +44,4 @@ def pypto_backend(g, inputs):
     try:
         return run_pypto(build_task_graph(g), inputs, report=report)
     finally:
-        print(f"pypto backend: {report.summary()}", file=sys.stderr)
-        for r in report.fallbacks:
-            print(f"  numpy fallback: task {r.id} '{r.name}' (no pypto template)", file=sys.stderr)
+        print("\n".join(report.describe()), file=sys.stderr)

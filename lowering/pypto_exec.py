@@ -1,28 +1,46 @@
 """The `pypto` executor and the per-kernel compile/cycle checks, through the harness `kernels.pypto_rt`.
 
-* `run_pypto(tg, inputs)` runs the task graph for real: every kernel task with a template goes through
+* `run_pypto(tg, inputs)` runs the task graph for real: every kernel task with a pypto form goes through
   pypto 0.2.0 on CPU (SIM + pass-verify with our verify-path fix, so the outputs are pypto's numbers),
-  in dependency waves: the ready tasks of a wave run as one `run_jobs` batch, their outputs are written
-  into the buffers, then the next wave is formed. Each job also carries the numpy reference's output as
-  its golden, so pypto's own tensor-graph check compares against it. Tasks without a template (and
-  collectives, which pypto cannot simulate on one process) run their numpy reference and are reported
-  as fallbacks, unless `strict=True`. A multi-rank graph (TP > 1, EP) runs one job per task and rank;
-  its collectives run on numpy across the ranks.
+  in dependency waves: the ready tasks of a wave run as one batch on persistent harness workers (one
+  `WorkerPool` for the whole graph), their outputs are written into the buffers, then the next wave is
+  formed. Each job also carries the numpy reference's output as its golden, so pypto's own tensor-graph
+  check compares against it. A multi-rank graph (TP > 1, EP) runs one job per task and rank.
+* Where a task runs (`placement`): its family's template (`PYPTO_TEMPLATES`; for a collective that is its
+  local data part, e.g. window_copy_out's copy, whose barriers move no data and are implied by the wave
+  order), or at one rank the one-rank form of a collective (`PYPTO_TEMPLATES_EP1`: MoE dispatch_meta,
+  dispatch_push and combine, whose peers do not exist). Cross-rank collectives (puts, signals, all-to-all, reduce-scatter)
+  run their numpy reference on all ranks in lockstep: pypto 0.2.0's distributed ops SIGSEGV in the CPU
+  simulation and its calculator cannot interpret them (the family's `PYPTO_UNSUPPORTED` reason is
+  reported). A one-rank signal op has no peer and does nothing (`no-op`). A local task without a template
+  is a `numpy-fallback` (an error with `strict=True`).
 * `check_kernels(tg, mode)` compiles (`compile`: to the execute graph) or simulates (`sim`: cost-model
-  cycles) every templated kernel in one batch; the numbers do not matter there, inputs are zeros.
+  cycles) every kernel with a pypto form in one batch; the numbers do not matter there, inputs are zeros.
 """
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .codegen import RUNTIME_SYMBOLS, find_template, inout_input_name, kernel_module
+from .codegen import RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec
 from .errors import LoweringError
 from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_fn, run_task
 from .taskgraph import Task, TaskGraph
+
+# Where a task runs under the pypto executor (`TaskRun.backend`).
+PYPTO = "pypto"
+COLLECTIVE = "numpy-collective"   # a cross-rank op: its numpy reference on all ranks (pypto cannot run it on CPU)
+NOOP = "no-op"                    # a signal op at one rank: no peer, nothing to compute
+FALLBACK = "numpy-fallback"       # a local op without a pypto template (a gap)
+DUMMY = "dummy"
+_SIGNAL_OPS = ("signal_notify", "signal_wait", "signal_barrier", "window_release")
+CROSS_RANK_WHY = ("cross-rank collectives run their numpy reference on all ranks in lockstep: pypto 0.2.0 expresses "
+                  "remote stores and signals only with pypto.distributed / shmem ops, which compile but SIGSEGV in "
+                  "the CPU cost-model simulation, and its host calculator cannot interpret them (no numbers on CPU)")
 
 
 @dataclass
@@ -31,7 +49,7 @@ class TaskRun:
 
     id: int
     name: str
-    backend: str                  # pypto | numpy-fallback | dummy
+    backend: str                  # pypto | numpy-collective | no-op | numpy-fallback | dummy
     ok: bool = True
     cycles: int | None = None
     pypto_tasks: int | None = None
@@ -39,6 +57,9 @@ class TaskRun:
     max_abs_err: float | None = None   # pypto output vs the numpy reference on the same inputs
     verify_ok: bool | None = None      # pypto's tensor-graph + pass verify rows all PASS
     error: str = ""
+    op: str = ""
+    why: str = ""                      # not on pypto: the reason; on pypto through a special form: which
+    ranks: int = 1                     # jobs (one per rank) for a pypto task
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -49,25 +70,69 @@ class PyptoReport:
     runs: list[TaskRun] = field(default_factory=list)
     waves: int = 0
     wall_s: float = 0.0
+    jobs: int = 0                  # harness jobs (one per pypto task and rank)
+    workers: int = 0               # worker processes started (import pypto once each)
 
     @property
     def fallbacks(self) -> list[TaskRun]:
-        return [r for r in self.runs if r.backend == "numpy-fallback"]
+        """Local tasks that ran on numpy for want of a template (should be none)."""
+        return [r for r in self.runs if r.backend == FALLBACK]
 
     @property
     def failed(self) -> list[TaskRun]:
         return [r for r in self.runs if not r.ok]
 
+    def by_backend(self, backend: str) -> list[TaskRun]:
+        return [r for r in self.runs if r.backend == backend]
+
     def summary(self) -> str:
-        pypto = [r for r in self.runs if r.backend == "pypto"]
-        return (f"{len(pypto)} kernels through pypto, {len(self.fallbacks)} numpy fallbacks, "
-                f"{len(self.failed)} failed, {self.waves} waves, {self.wall_s:.1f} s")
+        pypto = self.by_backend(PYPTO)
+        return (f"{len(pypto)} kernels through pypto ({self.jobs} jobs), "
+                f"{len(self.by_backend(COLLECTIVE))} cross-rank collectives on numpy, "
+                f"{len(self.by_backend(NOOP))} one-rank no-ops, {len(self.fallbacks)} numpy fallbacks, "
+                f"{len(self.failed)} failed, {self.waves} waves, {self.workers} pypto workers, {self.wall_s:.1f} s")
+
+    def details(self) -> list[str]:
+        """One line per task that did not run on plain pypto templates: what ran instead, and why."""
+        lines = []
+        for r in self.runs:
+            if r.backend == PYPTO and r.why:
+                lines.append(f"pypto ({r.why}): task {r.id} '{r.name}' {r.op}")
+            elif r.backend in (COLLECTIVE, FALLBACK, NOOP):
+                lines.append(f"{r.backend}: task {r.id} '{r.name}' {r.op}: {r.why}")
+        return lines
+
+    def describe(self) -> list[str]:
+        """The report for a reader: the summary, the details, failures, pass-verify and the largest error."""
+        lines = [f"pypto backend: {self.summary()}"] + [f"  {line}" for line in self.details()]
+        if self.by_backend(COLLECTIVE):
+            lines.append(f"  ({CROSS_RANK_WHY})")
+        lines += [f"  FAILED: task {r.id} '{r.name}' {r.op}: {r.error}" for r in self.failed]
+        checked = [r for r in self.by_backend(PYPTO) if r.verify_ok is not None]
+        if checked:
+            errs = [r for r in checked if r.max_abs_err is not None]
+            worst = max(errs, key=lambda r: r.max_abs_err) if errs else None
+            lines.append(f"  pass-verify: {sum(r.verify_ok for r in checked)}/{len(checked)} pypto tasks PASS"
+                         + (f"; largest |pypto - numpy reference| {worst.max_abs_err:.3g} (task {worst.id} "
+                            f"'{worst.name}')" if worst else ""))
+            for r in checked:
+                if not r.verify_ok:
+                    err = "n/a" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
+                    lines.append(f"  pass-verify FAILED: task {r.id} '{r.name}' {r.op} "
+                                 f"(|pypto - numpy reference| {err})")
+        return lines
 
 
-def _job(task: Task, tg: TaskGraph, mem: Memory, mode: str, golden: bool, runtime_symbols,
-         source: str | None = None) -> Any:
+def _job(task: Task, tg: TaskGraph, mem: Memory, mode: str, golden: bool | Mapping[str, np.ndarray],
+         runtime_symbols, source: str | None = None) -> Any:
+    """The harness job of one task on one rank's memory. `golden`: True = the numpy reference's outputs
+    (a local op), or the goldens themselves (a collective's rank share). Arrays the kernel does not take
+    (a one-rank form leaves its signal window alone) are left out."""
     from kernels.pypto_rt import KernelJob
 
+    placed = placement(task, tg)
+    template = placed[2] if placed[0] == PYPTO else None
+    params = None if template is None else {t.name for t in kernel_spec(task, runtime_symbols).params()}
     inputs, outputs, goldens = {}, {}, {}
     for a in task.args:
         if a.direction == "in":
@@ -78,15 +143,87 @@ def _job(task: Task, tg: TaskGraph, mem: Memory, mode: str, golden: bool, runtim
             outputs[a.param] = current.copy()
         else:
             outputs[a.param] = (tuple(a.shape), a.dtype)
-    if golden:
+    if params is not None:
+        inputs = {k: v for k, v in inputs.items() if k in params}
+        outputs = {k: v for k, v in outputs.items() if k in params}
+    if golden is True:
         goldens = _reference_outputs(task, mem)
-    source = source if source is not None else kernel_module(task, tg, runtime_symbols=runtime_symbols)
+    elif golden:
+        goldens = dict(golden)
+    goldens = {k: v for k, v in goldens.items() if k in outputs}
+    source = source if source is not None else task_source(task, tg, runtime_symbols)
     return KernelJob(source, task.kernel, inputs, outputs, mode=mode, label=task.name, goldens=goldens)
+
+
+def placement(task: Task, tg: TaskGraph) -> tuple[str, str, Template | None]:
+    """(backend, why, template) of a task under the pypto executor (see the module doc)."""
+    if task.is_dummy:
+        return DUMMY, "", None
+    template = find_template(task)
+    if template is not None:
+        return PYPTO, "local part of a collective; its barriers move no data" if task.collective else "", template
+    module = _family(task)
+    if tg.ranks == 1:
+        one_rank = (getattr(module, "PYPTO_TEMPLATES_EP1", None) or {}).get(task.op)
+        if one_rank is not None:
+            return PYPTO, "one-rank form of a collective", one_rank
+        if task.op in _SIGNAL_OPS:
+            return NOOP, "signal op at one rank: no peer, nothing to compute", None
+    reason = (getattr(module, "PYPTO_UNSUPPORTED", None) or {}).get(task.op)
+    if task.collective and tg.ranks == 1:
+        return COLLECTIVE, "no one-rank pypto form" + (f": {_one_rank_reason(reason)}" if reason else ""), None
+    if task.collective:
+        return COLLECTIVE, _short_reason(reason) if reason else "cross-rank collective", None
+    return FALLBACK, _short_reason(reason) if reason else "no pypto 0.2.0 template for this op yet", None
+
+
+def _family(task: Task):
+    if not task.family:
+        return None
+    try:
+        return importlib.import_module(f"kernels.{task.family}")
+    except ImportError:
+        return None
+
+
+def _one_rank_reason(reason: str) -> str:
+    """The sentences of a PYPTO_UNSUPPORTED reason about the one-rank case (they mention EP1 or one rank)."""
+    sentences = [x.strip() for x in reason.split(". ")]
+    picked = [x for x in sentences if "EP1" in x or "one rank" in x.lower()]
+    return ". ".join(picked) if picked else _short_reason(reason)
+
+
+def _short_reason(reason: str) -> str:
+    """The first clause of a PYPTO_UNSUPPORTED reason (what the op does across ranks)."""
+    return reason.split(";")[0].strip()
+
+
+def task_source(task: Task, tg: TaskGraph, runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS) -> str:
+    """The kernel module the pypto executor runs for `task`: the emitted file's text (kernel_module), or
+    for a one-rank collective form, that template's function under the same kind of header."""
+    runtime_symbols = tuple(runtime_symbols)
+    backend, why, template = placement(task, tg)
+    if backend == PYPTO and template is not find_template(task):
+        return (f"# Generated by the pypto executor: task {task.id} '{task.name}' of graph @{tg.name} "
+                f"(ir {tg.ir_hash}).\n# op {task.op}: {why} (kernels.{task.family}.PYPTO_TEMPLATES_EP1)\n"
+                "# A plain function: kernels.pypto_rt wraps it with pypto.frontend.jit for its mode.\n"
+                "import pypto\n\n\n" + template(kernel_spec(task, runtime_symbols)))
+    return kernel_module(task, tg, runtime_symbols=runtime_symbols)
 
 
 def _reference_outputs(task: Task, mem: Memory) -> dict[str, np.ndarray]:
     """The numpy reference's results on the task's current inputs, by kernel parameter name."""
-    out = reference_fn(task.reference)(*operand_arrays(task, mem), **kernel_attrs(task))
+    return _by_param(task, reference_fn(task.reference)(*operand_arrays(task, mem), **kernel_attrs(task)))
+
+
+def _collective_outputs(task: Task, mems: Sequence[Memory]) -> list[dict[str, np.ndarray]]:
+    """A collective reference's results on every rank's current inputs: one dict per rank."""
+    per_rank = [operand_arrays(task, m) for m in mems]
+    results = reference_fn(task.reference)(per_rank, ranks=len(mems), **kernel_attrs(task))
+    return [_by_param(task, out) for out in results]
+
+
+def _by_param(task: Task, out: Any) -> dict[str, np.ndarray]:
     outs = out if isinstance(out, tuple) else (out,)
     by_operand = {a.index: a for a in task.args if a.direction == "inout"}
     by_result = {a.index: a for a in task.args if a.direction == "out"}
@@ -109,63 +246,97 @@ def _waves(tg: TaskGraph) -> list[list[int]]:
     return [waves[k] for k in sorted(waves)]
 
 
-def runs_on_pypto(task: Task) -> bool:
-    return not task.is_dummy and not task.collective and find_template(task) is not None
+def runs_on_pypto(task: Task, tg: TaskGraph) -> bool:
+    """Does the pypto executor run this task in pypto (see `placement`)?"""
+    return placement(task, tg)[0] == PYPTO
 
 
 def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, timeout: float = 300.0,
               runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS, report: PyptoReport | None = None,
               mode: str = "full", sources: Mapping[int, str] | None = None):
-    """Execute the task graph with every templated kernel running in pypto 0.2.0 (see the module doc).
+    """Execute the task graph with every kernel that has a pypto form running in pypto 0.2.0 (module doc).
 
-    Returns the outputs like `run_numpy`; details (per-task errors, cycles, fallbacks) go to `report`.
-    `sources` (task id → kernel module text) replaces the templates' rendering, e.g. the emitted files.
+    Returns the outputs like `run_numpy`; details (per-task errors, cycles, what ran on numpy and why) go
+    to `report`. `sources` (task id → kernel module text) replaces the templates' rendering of the tasks
+    that use their family's template, e.g. the emitted files. `strict`: a local task without a pypto
+    template is an error instead of a numpy fallback. The harness workers persist across the waves.
     """
-    from kernels.pypto_rt import run_jobs
+    from kernels.pypto_rt import WorkerPool
 
     runtime_symbols = tuple(runtime_symbols)
     report = report if report is not None else PyptoReport()
     start = time.perf_counter()
     mems, single = _memories(tg, inputs)
-    for wave in _waves(tg):
-        report.waves += 1
-        tasks = [tg.tasks[i] for i in wave]
-        on_pypto = [t for t in tasks if runs_on_pypto(t)]
-        for t in tasks:
-            if t in on_pypto:
-                continue
-            if t.is_dummy:
-                report.runs.append(TaskRun(t.id, t.name, "dummy"))
-                continue
-            if strict:
-                raise LoweringError(f"no pypto template for op '{t.op}'", f"task {t.id} '{t.name}'")
-            run_task(t, mems)  # collectives and untemplated kernels: numpy, all ranks in lockstep
-            report.runs.append(TaskRun(t.id, t.name, "numpy-fallback"))
-        if not on_pypto:
-            continue
-        placed = [(t, mem) for t in on_pypto for mem in mems]  # one job per task and rank
-        jobs = [_job(t, tg, mem, mode, True, runtime_symbols, (sources or {}).get(t.id)) for t, mem in placed]
-        results = run_jobs(jobs, timeout, workers=min(workers, len(jobs)))
-        for (t, mem), job, res in zip(placed, jobs, results):
-            run = TaskRun(t.id, t.name, "pypto", res.ok, res.cycles, res.tasks, res.wall_s,
-                          error=res.error or "")
-            if res.ok:
-                run.verify_ok = res.verify_ok
-                run.max_abs_err = _max_err(res.outputs, job.goldens)
-                if res.clobbered:
-                    run.ok, run.error = False, f"pypto changed inputs {res.clobbered}"
-                _store(t, mem, res.outputs)
-            report.runs.append(run)
-            if not run.ok:
-                report.wall_s = time.perf_counter() - start
-                raise LoweringError(f"pypto kernel failed: {run.error}", f"task {t.id} '{t.name}'")
-    report.wall_s = time.perf_counter() - start
+    pending: list[tuple[TaskRun, Any]] = []  # (run, result): verify rows come when the workers exit
+    pool = WorkerPool(workers, timeout)
+    try:
+        for wave in _waves(tg):
+            report.waves += 1
+            on_pypto = []
+            for t in (tg.tasks[i] for i in wave):
+                backend, why, template = placement(t, tg)
+                if backend == PYPTO:
+                    on_pypto.append((t, why, template))
+                    continue
+                if backend == FALLBACK and strict:
+                    raise LoweringError(f"no pypto template for op '{t.op}'", f"task {t.id} '{t.name}'")
+                if backend != DUMMY:
+                    run_task(t, mems)  # collectives, one-rank no-ops and fallbacks: numpy, all ranks in lockstep
+                report.runs.append(TaskRun(t.id, t.name, backend, op=t.op, why=why))
+            if on_pypto:
+                _run_wave(tg, on_pypto, mems, pool, mode, runtime_symbols, sources or {}, report, pending)
+    finally:
+        try:
+            pool.close()
+        finally:
+            report.workers += pool.started
+            for run, res in pending:  # every rank's rows must pass
+                run.verify_ok = res.verify_ok if run.verify_ok is None else run.verify_ok and res.verify_ok
+            report.wall_s = time.perf_counter() - start
     return _finish(mems, single)
+
+
+def _run_wave(tg, on_pypto, mems, pool, mode, runtime_symbols, sources, report, pending) -> None:
+    placed, jobs = [], []
+    for t, why, template in on_pypto:
+        if t.collective:  # a local form: the goldens are the collective reference's share of each rank
+            goldens = _collective_outputs(t, mems)
+        else:
+            goldens = [True] * len(mems)
+        source = sources.get(t.id) if template is find_template(t) else None
+        for mem, golden in zip(mems, goldens):  # one job per task and rank
+            placed.append((t, why, mem))
+            jobs.append(_job(t, tg, mem, mode, golden, runtime_symbols, source))
+    report.jobs += len(jobs)
+    results = pool.run(jobs)
+    runs: dict[int, TaskRun] = {}
+    for (t, why, mem), job, res in zip(placed, jobs, results):
+        run = runs.get(t.id)
+        if run is None:
+            run = runs[t.id] = TaskRun(t.id, t.name, PYPTO, op=t.op, why=why, ranks=0)
+            report.runs.append(run)
+        run.ranks += 1
+        run.cycles = res.cycles if run.cycles is None else max(run.cycles, res.cycles or 0)
+        run.pypto_tasks = run.pypto_tasks if run.pypto_tasks is not None else res.tasks
+        run.wall_s += res.wall_s
+        if not res.ok:
+            run.ok, run.error = False, res.error or "failed"
+        elif res.clobbered:
+            run.ok, run.error = False, f"pypto changed inputs {res.clobbered}"
+        else:
+            err = _max_err(res.outputs, job.goldens)
+            if err is not None:
+                run.max_abs_err = err if run.max_abs_err is None else max(run.max_abs_err, err)
+            pending.append((run, res))
+            _store(t, mem, res.outputs)
+    for run in runs.values():
+        if not run.ok:
+            raise LoweringError(f"pypto kernel failed: {run.error}", f"task {run.id} '{run.name}'")
 
 
 def _store(task: Task, mem: Memory, outputs: Mapping[str, np.ndarray]) -> None:
     for a in task.args:
-        if a.writes:
+        if a.writes and a.param in outputs:  # a one-rank form does not take its signal window
             mem.write(a.view, outputs[a.param], task, f"%{a.value}")
 
 
@@ -184,27 +355,40 @@ def _max_err(outputs: Mapping[str, np.ndarray], goldens: Mapping[str, np.ndarray
 def check_kernels(tg: TaskGraph, mode: str = "compile", *, tasks: Sequence[int] | None = None,
                   workers: int = 2, timeout: float = 300.0,
                   runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS) -> list[TaskRun]:
-    """Compile (`compile`) or simulate (`sim`, cycles) every templated kernel; inputs are zeros.
+    """Compile (`compile`) or simulate (`sim`, cycles) every kernel the pypto executor runs in pypto
+    (`placement`: templates, local parts of collectives, one-rank forms); inputs are zeros.
 
     The results also fill each task's `cycles` / `pypto_tasks` (sim mode)."""
-    from kernels.pypto_rt import KernelJob, run_jobs
+    from kernels.pypto_rt import run_jobs
 
     chosen = [tg.tasks[i] for i in tasks] if tasks is not None else list(tg.tasks)
-    todo = [t for t in chosen if runs_on_pypto(t)]
-    jobs = []
-    for t in todo:
-        inputs = {a.param if a.direction == "in" else inout_input_name(a.param): np.zeros(a.shape, _np_dtype(a.dtype))
-                  for a in t.args if a.reads}
-        outputs = {a.param: np.zeros(a.shape, _np_dtype(a.dtype)) for a in t.args if a.writes}
-        jobs.append(KernelJob(kernel_module(t, tg, runtime_symbols=tuple(runtime_symbols)), t.kernel,
-                              inputs, outputs, mode=mode, label=t.name))
+    todo = [t for t in chosen if runs_on_pypto(t, tg)]
+    jobs = [zeros_job(t, tg, mode, runtime_symbols) for t in todo]
     results = run_jobs(jobs, timeout, workers=min(workers, max(1, len(jobs)))) if jobs else []
     runs = []
     for t, res in zip(todo, results):
-        runs.append(TaskRun(t.id, t.name, "pypto", res.ok, res.cycles, res.tasks, res.wall_s, error=res.error or ""))
+        runs.append(TaskRun(t.id, t.name, PYPTO, res.ok, res.cycles, res.tasks, res.wall_s, error=res.error or "",
+                            op=t.op, why=placement(t, tg)[1]))
         if res.ok and mode != "compile":
             t.cycles, t.pypto_tasks = res.cycles, res.tasks
     return runs
+
+
+def zeros_job(task: Task, tg: TaskGraph, mode: str = "compile", runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS):
+    """The harness job of `task` (as the pypto executor would render it) on zeros: (shape, dtype) specs, which
+    the worker makes itself (uninitialised in compile mode), so flash-sized arguments are not shipped."""
+    from kernels.pypto_rt import KernelJob
+
+    runtime_symbols = tuple(runtime_symbols)
+    spec = kernel_spec(task, runtime_symbols)
+    params = {t.name for t in spec.params()}
+    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): (tuple(a.shape), _np_dtype(a.dtype))
+              for a in task.args if a.reads}
+    outputs = {a.param: (tuple(a.shape), _np_dtype(a.dtype)) for a in task.args if a.writes}
+    inputs = {k: v for k, v in inputs.items() if k in params}
+    outputs = {k: v for k, v in outputs.items() if k in params}
+    return KernelJob(task_source(task, tg, runtime_symbols), task.kernel, inputs, outputs, mode=mode,
+                     label=task.name)
 
 
 def _np_dtype(name: str) -> np.dtype:

@@ -4,6 +4,8 @@ Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the docum
 TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every output is within tolerance,
 1 otherwise.
 The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
+`-p PIPELINE` runs a pass pipeline first (`default` = the default pipeline; `none` or omitted: no passes);
+the backend executes the resulting graph.
 """
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regime", default="default", help="input regime (default: default; see goldens/inputs.py)")
     p.add_argument("--backend", choices=sorted(BACKENDS), default="numpy",
                    help="executor: numpy = the reference interpreter (default)")
+    p.add_argument("-p", "--pipeline", default=None,
+                   help="pass pipeline to run first: 'default' = the default pipeline, a pipeline string "
+                        "(passes syntax), or 'none' (also: omitted) = no passes")
+    p.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel ranks of the moe layer (default: the config's)")
 
 
 def backend(name: str) -> Callable[..., Any]:
@@ -44,17 +51,21 @@ def run(args: argparse.Namespace) -> int:
     from dspark_ir import layers, verify
     from dspark_ir.layers.tolerances import compare_layer
 
-    g = load_graph(args)
+    g = _load(args)
     verify(g)
     if "layer" not in g.attributes:
         raise UsageError(f"graph '@{g.name}' is not a layer graph (no 'layer' attribute)")
     _check_regime(g, args.regime)
     inputs = layers.layer_inputs(g, args.seed, args.regime)
-    result = layers.graph_outputs(g, backend(args.backend)(g, inputs))
     golden = layers.golden_outputs(g, inputs)
+    pipeline = _pipeline_name(args.pipeline)
+    g = _apply_pipeline(g, pipeline)
+    result = layers.graph_outputs(g, backend(args.backend)(g, inputs))
     a = g.attributes
-    print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']} · seed {args.seed} · "
-          f"regime {args.regime} · backend {args.backend}")
+    ep = f" · ep {a['ep']}" if "ep" in a else ""
+    piped = f" · pipeline {pipeline}" if pipeline else ""
+    print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']}{ep} · seed {args.seed} · "
+          f"regime {args.regime}{piped} · backend {args.backend}")
     print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")
     comparisons = compare_layer(result, golden, a["layer"], int(g.symbols.get("S") or 1))
     for c in comparisons:
@@ -65,6 +76,32 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'ok' if not failed else 'FAIL'}: {len(comparisons) - failed}/{len(comparisons)} outputs within "
           f"tolerance{ranks}")
     return 0 if not failed else 1
+
+
+def _load(args: argparse.Namespace):
+    if args.ep is None:
+        return load_graph(args)
+    target = args.target
+    if target.endswith(".dsir") or "/" in target:
+        raise UsageError("--ep applies to a layer name, not a file", "--ep")
+    from dspark_ir import layers
+
+    return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, ep=args.ep)
+
+
+def _pipeline_name(pipeline: str | None) -> str | None:
+    """None for no passes ('none', '' or omitted), else the pipeline text ('default' for the default one)."""
+    if pipeline is None or pipeline.strip() in ("", "none"):
+        return None
+    return pipeline.strip()
+
+
+def _apply_pipeline(g, pipeline: str | None):
+    if pipeline is None:
+        return g
+    import passes
+
+    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
 
 
 def _check_regime(g, regime: str) -> None:

@@ -10,10 +10,10 @@ See README.md beside this file.
 from kernels.pypto_rt.cycles import CostStats, cycles_to_us
 from kernels.pypto_rt.errors import PyptoError
 from kernels.pypto_rt.job import MODES, KernelJob, KernelResult
-from kernels.pypto_rt.runner import DEFAULT_TIMEOUT, run_job, run_jobs
+from kernels.pypto_rt.runner import DEFAULT_TIMEOUT, WorkerPool, run_job, run_jobs
 from kernels.pypto_rt.verify_csv import VerifyRow
 
 __all__ = [
     "DEFAULT_TIMEOUT", "MODES", "CostStats", "KernelJob", "KernelResult", "PyptoError",
-    "VerifyRow", "cycles_to_us", "run_job", "run_jobs",
+    "VerifyRow", "WorkerPool", "cycles_to_us", "run_job", "run_jobs",
 ]

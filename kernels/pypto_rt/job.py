@@ -39,14 +39,19 @@ def as_dtype(dtype: Any) -> np.dtype:
         raise PyptoError(f"unknown dtype {dtype!r}") from exc
 
 
-def _output_spec(name: str, spec: Any) -> np.ndarray | tuple[tuple[int, ...], np.dtype]:
+def _array_spec(name: str, spec: Any, what: str = "output") -> np.ndarray | tuple[tuple[int, ...], np.dtype]:
     if isinstance(spec, np.ndarray):
         return np.ascontiguousarray(spec)
     if isinstance(spec, tuple) and len(spec) == 2:
         shape, dtype = spec
         return tuple(int(d) for d in shape), as_dtype(dtype)
-    raise PyptoError(f"output {name!r} must be an initial array or a (shape, dtype) pair, "
-                     f"not {type(spec).__name__}")
+    first = "an initial array" if what == "output" else "an array"
+    raise PyptoError(f"{what} {name!r} must be {first} or a (shape, dtype) pair, not {type(spec).__name__}")
+
+
+def spec_array(spec: np.ndarray | tuple[tuple[int, ...], np.dtype]) -> np.ndarray:
+    """The array of an input/output spec: itself, or zeros (lazily allocated) for a (shape, dtype) pair."""
+    return spec if isinstance(spec, np.ndarray) else np.zeros(*spec)
 
 
 @dataclass
@@ -60,7 +65,10 @@ class KernelJob:
 
     ``inputs`` and ``outputs`` map tensor parameter names to arrays. An output is either
     an initial array (copied; for in-place updates such as cache writes) or a
-    ``(shape, dtype)`` pair (zero-filled). bf16 arrays are ``ml_dtypes.bfloat16``.
+    ``(shape, dtype)`` pair (zero-filled). An input may be a ``(shape, dtype)`` pair too:
+    zeros (in ``compile`` mode the worker leaves such tensors uninitialised, as pypto does
+    not read them, so flash-sized weights cost no memory traffic). bf16 arrays are
+    ``ml_dtypes.bfloat16``.
     ``params`` are the kernel's non-tensor arguments (part of pypto's compile key).
     ``goldens`` (full mode only) maps output names to reference arrays; pypto's
     tensor-graph check compares against them (cast to the output dtype) with
@@ -72,7 +80,7 @@ class KernelJob:
 
     source: str
     entry: str
-    inputs: Mapping[str, np.ndarray]
+    inputs: Mapping[str, Any]
     outputs: Mapping[str, Any]
     mode: str = "full"
     label: str = ""
@@ -95,8 +103,8 @@ class KernelJob:
         if bad:
             raise PyptoError(f"{self.label}: unknown jit option groups {sorted(bad)}; "
                              f"use {', '.join(OPTION_GROUPS)}")
-        self.inputs = {name: np.ascontiguousarray(arr) for name, arr in self.inputs.items()}
-        self.outputs = {name: _output_spec(name, spec) for name, spec in self.outputs.items()}
+        self.inputs = {name: _array_spec(name, arr, "input") for name, arr in self.inputs.items()}
+        self.outputs = {name: _array_spec(name, spec) for name, spec in self.outputs.items()}
         self.goldens = {name: np.asarray(arr) for name, arr in self.goldens.items()}
 
 
@@ -105,7 +113,8 @@ class KernelResult:
     """The outcome of one :class:`KernelJob`.
 
     ``outputs`` always holds every output array as it was after the call (in compile
-    and sim modes pypto does not write them: they keep their initial contents).
+    and sim modes pypto does not write them: they keep their initial contents; in compile
+    mode they are the job's own arrays, or lazily allocated zeros for a ``(shape, dtype)``).
     ``cycles``/``tasks``/``stats`` come from the cost-model report (sim and full),
     ``verify`` from ``verify_result_brief.csv`` (full). ``clobbered`` lists inputs whose
     contents changed during the call (it must stay empty). ``error`` is a one-line cause;

@@ -1,12 +1,20 @@
-"""Run pypto kernels in subprocess workers and collect numbers, cycles and verify rows.
+"""Run pypto kernels in persistent subprocess workers and collect numbers, cycles and verify rows.
 
-A worker (:mod:`kernels.pypto_rt.worker`) runs jobs one after the other in one process
-(process start with ``import pypto`` costs ~2 s). After any failure it stops, and the
-jobs it did not reach go to a fresh worker: a failed pypto call leaves the process's
-global state broken. Each worker gets a private temporary directory holding the kernel
-sources, ``TILE_FWK_OUTPUT_DIR``, ``ASCEND_PROCESS_LOG_PATH`` and its log; the directory
-is read after the worker has exited (pypto writes the verify CSV at exit) and then
-deleted; with ``DSPARK_KEEP_PYPTO_TMP=1`` it is kept when a job failed.
+A worker (:mod:`kernels.pypto_rt.worker`) is one process that imports torch and pypto once
+(~2 s) and then runs the jobs it is sent, one after the other. A :class:`WorkerPool` keeps
+its workers alive across :meth:`WorkerPool.run` calls (the lowering's executor sends one
+batch per dependency wave). After any failure the worker stops, and the jobs it did not
+reach go to a fresh worker: a failed pypto call leaves the process's global state broken.
+
+Each worker gets a private temporary directory holding the kernel sources,
+``TILE_FWK_OUTPUT_DIR``, ``ASCEND_PROCESS_LOG_PATH`` and its log. pypto writes a call's
+verify CSV only when the next verify session starts or the process exits, so the verify
+rows (and the ``artifacts_dir`` copies) of a worker's results are filled in when that worker
+has exited: when the pool closes, or when the worker is replaced after a failure. Outputs,
+cycles and errors are there as soon as ``run`` returns. The directory is then deleted; with
+``DSPARK_KEEP_PYPTO_TMP=1`` it is kept when a job failed.
+
+:func:`run_jobs` is a pool that lives for one batch: every field of its results is final.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Iterable
 
 from kernels.pypto_rt import cycles, diagnose, verify_csv
 from kernels.pypto_rt.errors import PyptoError
-from kernels.pypto_rt.job import KernelJob, KernelResult
+from kernels.pypto_rt.job import KernelJob, KernelResult, spec_array
 
 DEFAULT_TIMEOUT = 120.0  # seconds per kernel call
 STARTUP_TIMEOUT = 900.0  # import + a cold calculator build (~30 s) on a loaded machine
@@ -54,16 +62,13 @@ def run_jobs(jobs: Iterable[KernelJob], timeout: float = DEFAULT_TIMEOUT, *, wor
     A kernel failure is a result with ``ok=False`` and a one-line ``error``; a harness
     failure (pypto not importable, calculator build failed, worker cannot start) raises
     :class:`PyptoError`. ``timeout`` bounds each kernel call; ``workers`` > 1 runs that
-    many worker chains side by side. With ``artifacts_dir`` each job's pypto output
-    directory is copied to ``artifacts_dir/<nnn>-<label>/`` (swimlanes, verify data).
+    many workers side by side. With ``artifacts_dir`` each job's pypto output directory
+    is copied to ``artifacts_dir/<nnn>-<label>/`` (swimlanes, verify data).
     """
     jobs = list(jobs)
-    settings = _Settings(float(timeout), float(startup_timeout), python or sys.executable,
-                         Path(artifacts_dir) if artifacts_dir is not None else None)
-    count = max(1, min(workers, len(jobs)))
-    shares = [list(enumerate(jobs))[k::count] for k in range(count)]
-    results = _run_chain(shares[0], settings) if count == 1 else _run_parallel(shares, settings)
-    return [results[i] for i in range(len(jobs))]
+    with WorkerPool(max(1, min(workers, len(jobs))), timeout, artifacts_dir=artifacts_dir, python=python,
+                    startup_timeout=startup_timeout) as pool:
+        return pool.run(jobs)
 
 
 def run_job(job: KernelJob, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> KernelResult:
@@ -71,35 +76,98 @@ def run_job(job: KernelJob, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> Kerne
     return run_jobs([job], timeout, **kwargs)[0]
 
 
-def _run_parallel(shares: list[list[tuple[int, KernelJob]]], settings: _Settings) -> dict[int, KernelResult]:
-    """One worker chain per share, in threads (the work happens in the worker processes)."""
-    results: dict[int, KernelResult] = {}
-    failures: list[BaseException] = []
+class WorkerPool:
+    """Persistent pypto workers for several batches of jobs.
 
-    def chain(share):
-        try:
-            results.update(_run_chain(share, settings))
-        except BaseException as exc:  # noqa: BLE001  (re-raised below)
-            failures.append(exc)
+        with WorkerPool(workers=2, timeout=300) as pool:
+            first = pool.run(jobs)        # outputs, cycles, errors: final now
+            second = pool.run(more_jobs)  # same worker processes, no new `import pypto`
+        # here: the workers have exited and every result's `verify` rows are filled in
 
-    threads = [threading.Thread(target=chain, args=(share,)) for share in shares]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
-    return results
+    ``run`` splits a batch over the workers (job i goes to worker i mod n) and returns the
+    results in order. A worker whose job failed is replaced by a fresh one. The ``verify``
+    rows, ``artifacts`` and ``swimlane`` of a result are filled in when its worker exits
+    (see the module doc). Artifact directories are numbered by the job's position over
+    the pool's whole life.
+    """
 
+    def __init__(self, workers: int = 1, timeout: float = DEFAULT_TIMEOUT, *,
+                 artifacts_dir: str | os.PathLike | None = None, python: str | None = None,
+                 startup_timeout: float = STARTUP_TIMEOUT):
+        self.settings = _Settings(float(timeout), float(startup_timeout), python or sys.executable,
+                                  Path(artifacts_dir) if artifacts_dir is not None else None)
+        self.slots: list[_Worker | None] = [None] * max(1, int(workers))
+        self.submitted = 0  # jobs over the pool's life: artifact numbering
+        self.started = 0  # worker processes started (one per slot, plus one per failure)
+        self.closed = False
+        self._lock = threading.Lock()
 
-def _run_chain(indexed: list[tuple[int, KernelJob]], settings: _Settings) -> dict[int, KernelResult]:
-    """Run jobs through as many successive workers as failures require."""
-    results: dict[int, KernelResult] = {}
-    pending = list(indexed)
-    while pending:
-        results.update(_Worker(pending, settings).run())
-        pending = [(i, job) for i, job in pending if i not in results]
-    return results
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, jobs: Iterable[KernelJob]) -> list[KernelResult]:
+        """Run a batch; one result per job, in order (see :func:`run_jobs` for failures)."""
+        if self.closed:
+            raise PyptoError("this WorkerPool is closed")
+        jobs = list(jobs)
+        indexed = [(self.submitted + i, job) for i, job in enumerate(jobs)]
+        self.submitted += len(jobs)
+        count = min(len(self.slots), len(jobs))
+        shares = [indexed[k::count] for k in range(count)]
+        results: dict[int, KernelResult] = {}
+        if count == 1:
+            results.update(self._run_share(0, shares[0]))
+        elif count > 1:
+            failures: list[BaseException] = []
+
+            def chain(slot, share):
+                try:
+                    results.update(self._run_share(slot, share))
+                except BaseException as exc:  # noqa: BLE001  (re-raised below)
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=chain, args=(k, share)) for k, share in enumerate(shares)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if failures:
+                raise failures[0]
+        return [results[i] for i, _ in indexed]
+
+    def close(self) -> None:
+        """Stop every worker and fill in the verify rows and artifacts of their results."""
+        self.closed = True
+        errors = []
+        for k, worker in enumerate(self.slots):
+            if worker is not None:
+                try:
+                    worker.close()
+                except BaseException as exc:  # noqa: BLE001  (re-raised below)
+                    errors.append(exc)
+            self.slots[k] = None
+        if errors:
+            raise errors[0]
+
+    def _run_share(self, slot: int, share: list[tuple[int, KernelJob]]) -> dict[int, KernelResult]:
+        """Run jobs on one slot's worker, replacing it after a failure, until every job has a result."""
+        results: dict[int, KernelResult] = {}
+        pending = list(share)
+        while pending:
+            worker = self.slots[slot]
+            if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.close()
+                worker = _Worker(self.settings, any(job.mode == "full" for _, job in pending))
+                with self._lock:
+                    self.started += 1
+                self.slots[slot] = worker
+            results.update(worker.run(pending))
+            pending = [(i, job) for i, job in pending if i not in results]
+        return results
 
 
 def _slug(text: str) -> str:
@@ -132,41 +200,27 @@ class _Channel:
 
 
 class _Worker:
-    """One worker process over a list of jobs, and the reading of what it left."""
+    """One worker process, the jobs it ran, and the reading of what it left."""
 
-    def __init__(self, jobs: list[tuple[int, KernelJob]], settings: _Settings):
-        self.jobs = jobs
+    def __init__(self, settings: _Settings, need_calculator: bool):
         self.settings = settings
         self.dir = Path(tempfile.mkdtemp(prefix="dspark-pypto-"))
+        self.src_dir = self.dir / "src"
+        self.src_dir.mkdir()
         self.out_dir = self.dir / "output"
         self.log_dir = self.dir / "log"
         self.worker_log = self.dir / "worker.log"
-        self.current: int | None = None  # job started and not reported done
-        self.ready = False
-        self.timed_out = False  # killed during a kernel call
-        self.startup_timed_out = False  # killed before it was ready (import, calculator build)
+        self.need_calculator = need_calculator
+        self.proc: subprocess.Popen | None = None
+        self.channel: _Channel | None = None
+        self.commands = None  # write end of the command pipe
+        self.alive = False  # running and able to take another job
+        self.failed = False  # a job of this worker failed (keep its directory with KEEP_ENV)
+        self.done: list[tuple[int, KernelJob, KernelResult, list[Path]]] = []  # finished, to complete at close
         self.returncode: int | None = None
         self.pid: int | None = None
 
     # ---- process ---------------------------------------------------------------------
-    def _write_jobs(self) -> None:
-        src = self.dir / "src"
-        src.mkdir()
-        specs = []
-        for index, job in self.jobs:
-            name = f"dspark_kernel_{index:03d}_{_slug(job.label)}"
-            path = src / f"{name}.py"
-            path.write_text(job.source)
-            specs.append({"index": index, "source_path": str(path), "module_name": name,
-                          "entry": job.entry, "mode": job.mode, "inputs": dict(job.inputs),
-                          "outputs": dict(job.outputs), "params": dict(job.params),
-                          "goldens": dict(job.goldens),
-                          "options": {k: dict(v) for k, v in job.options.items()}})
-        need_calculator = any(job.mode == "full" for _, job in self.jobs)
-        with open(self.dir / "jobs.pkl", "wb") as handle:
-            pickle.dump({"jobs": specs, "need_calculator": need_calculator}, handle,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         for name in ("ASCEND_HOME_PATH", "ASCEND_SLOG_PRINT_TO_STDOUT"):
@@ -178,78 +232,166 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(paths)
         return env
 
-    def _kill(self, proc: subprocess.Popen) -> None:
+    def _start(self) -> None:
+        report_r, report_w = os.pipe()
+        command_r, command_w = os.pipe()
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own session
+            with open(self.worker_log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [self.settings.python, "-m", "kernels.pypto_rt.worker", str(self.dir), str(report_w),
+                     str(command_r), "1" if self.need_calculator else "0"],
+                    cwd=self.dir, env=self._env(), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, pass_fds=(report_w, command_r), start_new_session=True)
+        except BaseException:
+            for fd in (report_r, report_w, command_r, command_w):
+                os.close(fd)
+            raise
+        os.close(report_w)
+        os.close(command_r)
+        self.pid = self.proc.pid
+        self.channel = _Channel(report_r)
+        self.commands = os.fdopen(command_w, "w", buffering=1)
+        line = self.channel.readline(time.monotonic() + self.settings.startup_timeout)
+        if line is None:
+            self._kill()
+            self._reap()
+            raise PyptoError(f"pypto worker was not ready within {self.settings.startup_timeout:g} s "
+                             "(import pypto, calculator build)", log=self._tail(self.worker_log))
+        if line.strip() != "ready":
+            self._reap()
+            self._raise_fatal()
+            raise PyptoError(
+                f"pypto worker exited with code {self.returncode} before running a job: "
+                f"{diagnose.one_line(self._tail(self.worker_log, lines=3), max_lines=1) or 'no output'}",
+                log=self._tail(self.worker_log))
+        self.alive = True
+
+    def _raise_fatal(self) -> None:
+        fatal = self.dir / "fatal.pkl"
+        if fatal.is_file():
+            with open(fatal, "rb") as handle:
+                info = pickle.load(handle)
+            raise PyptoError(f"pypto worker setup failed: {info['message']}",
+                             log=info["log"] + "\n" + self._tail(self.worker_log))
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own session
         except ProcessLookupError:
             pass
 
-    def _supervise(self, proc: subprocess.Popen, channel: _Channel) -> None:
-        """Follow the worker's reports until it closes the pipe; kill it when a deadline passes."""
-        last = self.jobs[-1][0]
-        deadline = time.monotonic() + self.settings.startup_timeout
-        while True:
-            line = channel.readline(deadline)
-            if line is None:
-                self.timed_out = self.current is not None
-                self.startup_timed_out = not self.ready
-                self._kill(proc)
-                return
-            if line == "":
-                return
-            word, _, rest = line.strip().partition(" ")
-            now = time.monotonic()
-            if word == "ready":
-                self.ready = True
-                deadline = now + self.settings.timeout
-            elif word == "start":
-                self.current = int(rest)
-                deadline = now + self.settings.timeout
-            elif word == "done":
-                index, _, status = rest.partition(" ")
-                self.current = None
-                finished = status != "ok" or int(index) == last  # the worker exits next
-                deadline = now + (EXIT_TIMEOUT if finished else self.settings.timeout)
-
-    def _start_and_wait(self) -> None:
-        read_fd, write_fd = os.pipe()
-        with open(self.worker_log, "wb") as log:
-            proc = subprocess.Popen(
-                [self.settings.python, "-m", "kernels.pypto_rt.worker", str(self.dir), str(write_fd)],
-                cwd=self.dir, env=self._env(), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True)
-        os.close(write_fd)
-        self.pid = proc.pid
-        try:
-            self._supervise(proc, _Channel(read_fd))
+    def _reap(self) -> None:
+        """Wait for the process to end (kill it after EXIT_TIMEOUT) and close our pipe ends."""
+        self.alive = False
+        if self.proc is not None:
             try:
-                self.returncode = proc.wait(timeout=EXIT_TIMEOUT)
+                self.returncode = self.proc.wait(timeout=EXIT_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self._kill(proc)
-                self.returncode = proc.wait()
-        finally:
-            os.close(read_fd)
-            if proc.poll() is None:
-                self._kill(proc)
-                proc.wait()
+                self._kill()
+                self.returncode = self.proc.wait()
+        if self.commands is not None:
+            try:
+                self.commands.close()
+            except OSError:  # the worker is gone: the pipe is broken
+                pass
+            self.commands = None
+        if self.channel is not None:
+            os.close(self.channel.fd)
+            self.channel = None
 
-    # ---- reading what it left --------------------------------------------------------
-    def run(self) -> dict[int, KernelResult]:
-        failed = True
+    def _send(self, line: str) -> bool:
         try:
-            self._write_jobs()
-            self._start_and_wait()
-            results = self._collect()
-            failed = not all(r.ok for r in results.values()) or len(results) < len(self.jobs)
-            return results
+            self.commands.write(line + "\n")
+            self.commands.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    # ---- jobs --------------------------------------------------------------------------
+    def run(self, jobs: list[tuple[int, KernelJob]]) -> dict[int, KernelResult]:
+        """Run jobs in order until one fails or the worker dies; results of the jobs it got to."""
+        if self.proc is None:
+            self._start()
+        results: dict[int, KernelResult] = {}
+        for index, job in jobs:
+            result = self._run_one(index, job)
+            results[index] = result
+            if not result.ok:
+                self.failed = True
+            if not self.alive:
+                break
+        return results
+
+    def _write_job(self, index: int, job: KernelJob) -> Path:
+        name = f"dspark_kernel_{index:04d}_{_slug(job.label)}"
+        path = self.src_dir / f"{name}.py"
+        path.write_text(job.source)
+        spec = {"index": index, "source_path": str(path), "module_name": name,
+                "entry": job.entry, "mode": job.mode, "inputs": dict(job.inputs),
+                "outputs": dict(job.outputs), "params": dict(job.params),
+                "goldens": dict(job.goldens),
+                "options": {k: dict(v) for k, v in job.options.items()}}
+        job_path = self.src_dir / f"job_{index:04d}.pkl"
+        with open(job_path, "wb") as handle:
+            pickle.dump(spec, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        return job_path
+
+    def _run_one(self, index: int, job: KernelJob) -> KernelResult:
+        job_path = self._write_job(index, job)
+        if not self._send(f"job {job_path}"):
+            self._reap()
+            return self._lost(job, timed_out=False)
+        deadline = time.monotonic() + self.settings.timeout
+        status = None
+        while status is None:
+            line = self.channel.readline(deadline)
+            if line is None:  # deadline passed: in the call, or loading the calculator
+                self._kill()
+                self._reap()
+                return self._lost(job, timed_out=True)
+            if line == "":  # the worker died
+                self._reap()
+                self._raise_fatal()  # a failed calculator load is a harness failure
+                return self._lost(job, timed_out=False)
+            word, _, rest = line.strip().partition(" ")
+            if word == "setup":
+                deadline = time.monotonic() + self.settings.startup_timeout
+            elif word == "start":
+                deadline = time.monotonic() + self.settings.timeout
+            elif word == "done":
+                status = rest.partition(" ")[2]
+        result_path = self.dir / f"result_{index}.pkl"
+        with open(result_path, "rb") as handle:
+            report = pickle.load(handle)
+        for done in (job_path, result_path):  # the arrays: not needed again (a long-lived worker piles them up)
+            done.unlink(missing_ok=True)
+        result, call_dirs = self._from_report(job, report)
+        self.done.append((index, job, result, call_dirs))
+        if status != "ok":
+            self._reap()  # the worker exits after a failed job
+        return result
+
+    # ---- closing: pypto's exit-time writes ----------------------------------------------
+    def close(self) -> None:
+        """Let the worker exit, then fill in verify rows and artifacts; delete the directory."""
+        try:
+            if self.alive:
+                self._send("exit")
+            self._reap()
+            for index, job, result, call_dirs in self.done:
+                result.verify = []
+                for call_dir in call_dirs:
+                    if result.stats is None:
+                        self._read_stats(result, call_dir)
+                    result.verify.extend(verify_csv.read_verify_rows(call_dir))
+                self._keep_artifacts(index, job, call_dirs, result)
         finally:
-            self._cleanup(failed)
+            if not (self.failed and os.environ.get(KEEP_ENV) == "1"):
+                shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _cleanup(self, failed: bool) -> None:
-        if failed and os.environ.get(KEEP_ENV) == "1":
-            return
-        shutil.rmtree(self.dir, ignore_errors=True)
-
+    # ---- reading what it left ----------------------------------------------------------
     def _tail(self, path: Path, offset: int = 0, lines: int = _LOG_TAIL) -> str:
         if not path.is_file():
             return ""
@@ -270,35 +412,11 @@ class _Worker:
             return f"\n[kept worker directory: {self.dir}]"
         return f"\n[set {KEEP_ENV}=1 to keep the worker directory]"
 
-    def _collect(self) -> dict[int, KernelResult]:
-        fatal = self.dir / "fatal.pkl"
-        if fatal.is_file():
-            with open(fatal, "rb") as handle:
-                info = pickle.load(handle)
-            raise PyptoError(f"pypto worker setup failed: {info['message']}",
-                             log=info["log"] + "\n" + self._tail(self.worker_log))
-        results: dict[int, KernelResult] = {}
-        for index, job in self.jobs:
-            path = self.dir / f"result_{index}.pkl"
-            if path.is_file():
-                with open(path, "rb") as handle:
-                    results[index] = self._from_report(index, job, pickle.load(handle))
-            elif index == self.current:
-                results[index] = self._lost(job)
-        if self.startup_timed_out:
-            raise PyptoError(f"pypto worker was not ready within {self.settings.startup_timeout:g} s "
-                             "(import pypto, calculator build)", log=self._tail(self.worker_log))
-        if not results:
-            raise PyptoError(
-                f"pypto worker exited with code {self.returncode} before running a job: "
-                f"{diagnose.one_line(self._tail(self.worker_log, lines=3), max_lines=1) or 'no output'}",
-                log=self._tail(self.worker_log))
-        return results
-
-    def _lost(self, job: KernelJob) -> KernelResult:
+    def _lost(self, job: KernelJob, timed_out: bool) -> KernelResult:
         """The job that was running when the worker was killed or died."""
+        self.failed = True
         plog = self._plog_since(None)
-        if self.timed_out:
+        if timed_out:
             error = f"timed out after {self.settings.timeout:g} s (worker killed)"
         else:
             code = self.returncode
@@ -309,8 +427,17 @@ class _Worker:
         return KernelResult(label=job.label, mode=job.mode, ok=False, error=error, log=log,
                             worker_pid=self.pid)
 
-    def _from_report(self, index: int, job: KernelJob, report: dict) -> KernelResult:
-        result = KernelResult(label=job.label, mode=job.mode, ok=report["ok"], outputs=report["outputs"],
+    @staticmethod
+    def _read_stats(result: KernelResult, call_dir: Path) -> None:
+        stats = cycles.read_stats(call_dir)
+        if stats is not None:
+            result.stats, result.cycles, result.tasks = stats, stats.total_cycles, stats.tasks
+
+    def _from_report(self, job: KernelJob, report: dict) -> tuple[KernelResult, list[Path]]:
+        outputs = report["outputs"]
+        if job.mode == "compile" and report["ok"]:  # the worker sends nothing back: pypto wrote nothing
+            outputs = {name: spec_array(spec) for name, spec in job.outputs.items()}
+        result = KernelResult(label=job.label, mode=job.mode, ok=report["ok"], outputs=outputs,
                               clobbered=report["clobbered"], wall_s=report["wall_s"],
                               worker_pid=self.pid)
         call_dirs = [self.out_dir / name for name in report["call_dirs"]]
@@ -323,12 +450,8 @@ class _Worker:
                 "[worker output]", self._tail(self.worker_log, report["marks"]["stdout"]),
                 "[plog]", plog]) + self._keep_note()
         for call_dir in call_dirs:
-            stats = cycles.read_stats(call_dir)
-            if stats is not None:
-                result.stats, result.cycles, result.tasks = stats, stats.total_cycles, stats.tasks
-            result.verify.extend(verify_csv.read_verify_rows(call_dir))
-        self._keep_artifacts(index, job, call_dirs, result)
-        return result
+            self._read_stats(result, call_dir)
+        return result, call_dirs
 
     def _keep_artifacts(self, index: int, job: KernelJob, call_dirs: list[Path], result: KernelResult) -> None:
         if self.settings.artifacts_dir is None or not call_dirs:
@@ -337,7 +460,8 @@ class _Worker:
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
         for call_dir in call_dirs:
-            shutil.copytree(call_dir, target / call_dir.name)
+            if call_dir.is_dir():
+                shutil.copytree(call_dir, target / call_dir.name)
         (target / "kernel.py").write_text(job.source)
         result.artifacts = target
         for call_dir in call_dirs:

@@ -1,11 +1,13 @@
-"""The subprocess side of the runner: ``python -m kernels.pypto_rt.worker WORKDIR FD``.
+"""The subprocess side of the runner: ``python -m kernels.pypto_rt.worker WORKDIR REPORT_FD COMMAND_FD CALC``.
 
-It reads ``WORKDIR/jobs.pkl``, imports torch and pypto, applies :mod:`verify_fix`, loads
-the cached calculator if a job needs it, and runs the jobs in order. It reports on the
-pipe FD (``ready``, ``start <i>``, ``done <i>``) and writes each job's outcome to
-``WORKDIR/result_<i>.pkl``. It stops after the first failed job: pypto's global state
-is not trustworthy after an error, so the runner starts a fresh worker for the rest.
-A setup failure (import, calculator build) goes to ``WORKDIR/fatal.pkl``.
+A persistent worker: it imports torch and pypto once, applies :mod:`verify_fix`, loads the
+cached calculator (at start when CALC is 1, else before the first ``full`` job), and then
+runs jobs as the runner sends them. Commands arrive on COMMAND_FD, one per line:
+``job <path of a pickled job>`` or ``exit``. It reports on REPORT_FD (``ready``,
+``setup <i>`` while it loads the calculator for job i, ``start <i>``, ``done <i> ok|failed``)
+and writes each job's outcome to ``WORKDIR/result_<i>.pkl``. It stops after the first failed
+job: pypto's global state is not trustworthy after an error, so the runner starts a fresh
+worker for the rest. A setup failure (import, calculator build) goes to ``WORKDIR/fatal.pkl``.
 
 Only the runner starts this module; nothing else should import it.
 """
@@ -87,13 +89,19 @@ class _Runtime:
         logging.getLogger().addHandler(self.errors)
         self.out_root = Path(os.environ["TILE_FWK_OUTPUT_DIR"])
         self.log_root = Path(os.environ["ASCEND_PROCESS_LOG_PATH"])
+        self.calculator = calculator
+        self.calculator_loaded = False
         if need_calculator:
-            calculator.ensure_loaded()
+            self.load_calculator()
         self._views = {  # numpy dtypes torch.from_numpy cannot take: go through raw bits
             "bfloat16": (np.int16, torch.int16, torch.bfloat16),
             "float8_e4m3fn": (np.uint8, torch.uint8, torch.float8_e4m3fn),
             "float8_e5m2": (np.uint8, torch.uint8, torch.float8_e5m2),
         }
+
+    def load_calculator(self) -> None:
+        self.calculator.ensure_loaded()
+        self.calculator_loaded = True
 
     # ---- numpy <-> torch -------------------------------------------------------------
     def to_torch(self, array):
@@ -151,23 +159,33 @@ class _Runtime:
             if isinstance(want, int) and want != got:
                 raise JobError(f"tensor {name!r} has shape {list(tensor.shape)} but the kernel declares {shape}")
 
+    def fresh_tensor(self, shape, dtype, zero: bool):
+        """A tensor for a (shape, dtype) spec: zeros, or uninitialised (compile mode: pypto reads no data,
+        and untouched pages of a big allocation cost nothing)."""
+        view = self._views.get(self.np.dtype(dtype).name)
+        torch_dtype = view[2] if view else self.torch.from_numpy(self.np.empty(0, dtype)).dtype
+        make = self.torch.zeros if zero else self.torch.empty
+        return make(tuple(shape), dtype=torch_dtype)
+
     def arguments(self, fn, job: dict):
         tensors, goldens, names = [], [], []
+        compile_only = job["mode"] == "compile"
         for name, spec in self.tensor_params(fn):
             if name in job["inputs"]:
                 array = job["inputs"][name]
             elif name in job["outputs"]:
                 array = job["outputs"][name]
-                if not isinstance(array, self.np.ndarray):
-                    array = self.np.zeros(*array)
             else:
                 raise JobError(f"kernel parameter {name!r} is in neither inputs nor outputs")
-            tensor = self.to_torch(array)
+            if isinstance(array, self.np.ndarray):
+                tensor, dtype = self.to_torch(array), array.dtype
+            else:
+                tensor, dtype = self.fresh_tensor(*array, zero=not compile_only), self.np.dtype(array[1])
             self.check_arg(name, tensor, spec)
             tensors.append(tensor)
             names.append(name)
             golden = job["goldens"].get(name)
-            goldens.append(None if golden is None else self.to_torch(golden.astype(array.dtype)))
+            goldens.append(None if golden is None else self.to_torch(golden.astype(dtype)))
         extra = (set(job["inputs"]) | set(job["outputs"])) - set(names)
         if extra:
             raise JobError(f"arrays given for names the kernel does not take: {sorted(extra)}")
@@ -207,9 +225,13 @@ class _Runtime:
         if job["mode"] == "full":
             self.verify_fix.set_goldens(goldens)
         kernel(*tensors, **job["params"])
+        if job["mode"] == "compile":  # nothing ran: the runner gives back the outputs as they were
+            return
         by_name = dict(zip(names, tensors))
         result["outputs"] = {name: self.to_numpy(by_name[name]) for name in job["outputs"]}
         for name, original in job["inputs"].items():
+            if not isinstance(original, self.np.ndarray):
+                continue  # zeros made here: nothing of the caller's to clobber
             after = self.to_numpy(by_name[name])
             if after.tobytes() != self.np.ascontiguousarray(original).tobytes():
                 result["clobbered"].append(name)
@@ -230,21 +252,38 @@ def _load_module(path: str, name: str):
     return module
 
 
+def _fatal(workdir: Path, exc: BaseException) -> int:
+    message = str(exc) if isinstance(exc, PyptoError) else f"{type(exc).__name__}: {exc}"
+    _dump(workdir / "fatal.pkl", {"message": message,
+                                  "log": getattr(exc, "log", "") + "\n" + traceback.format_exc()})
+    return EXIT_FATAL
+
+
 def main(argv: list[str]) -> int:
-    workdir, channel_fd = Path(argv[0]), int(argv[1])
-    os.set_inheritable(channel_fd, False)  # pypto's own child processes must not hold the pipe
-    channel = os.fdopen(channel_fd, "w", buffering=1)
-    with open(workdir / "jobs.pkl", "rb") as handle:
-        spec = pickle.load(handle)
+    workdir, report_fd, command_fd, need_calculator = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
+    for fd in (report_fd, command_fd):
+        os.set_inheritable(fd, False)  # pypto's own child processes must not hold the pipes
+    channel = os.fdopen(report_fd, "w", buffering=1)
+    commands = os.fdopen(command_fd, "r")
     try:
-        runtime = _Runtime(spec["need_calculator"])
+        runtime = _Runtime(need_calculator)
     except BaseException as exc:  # noqa: BLE001
-        message = str(exc) if isinstance(exc, PyptoError) else f"{type(exc).__name__}: {exc}"
-        _dump(workdir / "fatal.pkl", {"message": message,
-                                      "log": getattr(exc, "log", "") + "\n" + traceback.format_exc()})
-        return EXIT_FATAL
+        return _fatal(workdir, exc)
     channel.write("ready\n")
-    for job in spec["jobs"]:
+    for line in commands:
+        word, _, arg = line.strip().partition(" ")
+        if word == "exit":
+            break
+        if word != "job":
+            continue
+        with open(arg, "rb") as handle:
+            job = pickle.load(handle)
+        if job["mode"] == "full" and not runtime.calculator_loaded:
+            channel.write(f"setup {job['index']}\n")
+            try:
+                runtime.load_calculator()
+            except BaseException as exc:  # noqa: BLE001
+                return _fatal(workdir, exc)
         channel.write(f"start {job['index']}\n")
         result = runtime.run(job)
         _dump(workdir / f"result_{job['index']}.pkl", result)

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.pypto_rt import KernelJob, PyptoError, run_jobs
+from kernels.pypto_rt import KernelJob, PyptoError, WorkerPool, run_jobs
 from kernels.pypto_rt import calculator, cycles, diagnose, verify_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -192,6 +192,38 @@ def test_crash_timeout_and_kept_temp_dirs(tmp_path, monkeypatch):
     assert str(kept[0]) in (crash.log + hang.log)
 
 
+# ---- persistent workers (WorkerPool) ----------------------------------------------------------
+
+@pytest.mark.pypto
+def test_pool_keeps_its_worker_across_batches_and_replaces_a_failed_one(tmp_path, monkeypatch):
+    """One worker serves batch after batch (no new `import pypto`); it loads the calculator when the
+    first `full` job comes; after a failed job the rest go to a fresh worker, which then stays."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("DSPARK_KEEP_PYPTO_TMP", raising=False)
+    ub = KernelJob(fixture("broken.py"), "ub_overflow", {"x": np.zeros((512, 512), np.float32)},
+                   {"out": ((512, 512), "float32")}, mode="compile", label="ub")
+    with WorkerPool(workers=1) as pool:
+        # started without the calculator; (shape, dtype) inputs: made (uninitialised) by the worker
+        [first] = pool.run([KernelJob(fixture("matmul_bf16.py"), "matmul_bf16",
+                                      {"a": ((64, 256), "bf16"), "b": ((256, 192), "bf16")},
+                                      {"out": ((64, 192), np.float32)}, mode="compile", label="first")])
+        [mm] = pool.run([mm_job("full", label="mm", goldens={"out": matmul_ref(MM_A, MM_B)})])
+        np.testing.assert_array_equal(mm.check().outputs["out"], matmul_ref(MM_A, MM_B))
+        assert mm.cycles > 0 and mm.verify == []  # verify rows come when the worker exits
+        bad, rms = pool.run([ub, rms_job("rmsnorm_bf16", "full", label="rms",
+                                         goldens={"out": rmsnorm_ref(RMS_X, RMS_G)})])
+        [last] = pool.run([mm_job("compile", label="last")])
+    assert first.ok and first.worker_pid == mm.worker_pid == bad.worker_pid
+    assert first.outputs["out"].shape == (64, 192) and not first.outputs["out"].any()
+    assert not bad.ok and "exceeds MEM_UB size" in bad.error
+    assert rms.ok and rms.worker_pid == last.worker_pid != bad.worker_pid
+    assert pool.started == 2
+    assert mm.verify_ok and rms.verify_ok, [str(r) for r in mm.verify + rms.verify]
+    assert list(tmp_path.iterdir()) == []  # both worker directories are gone
+    with pytest.raises(PyptoError, match="closed"):
+        pool.run([mm_job("compile")])
+
+
 @pytest.mark.pypto
 def test_bad_job_arguments_are_reported(batch):
     assert batch["bad-dtype"].error == "tensor 'a' is float32 but the kernel declares DT_BF16"
@@ -212,8 +244,11 @@ def test_job_validation():
         KernelJob("", "k", {"x": np.zeros(2)}, {"x": np.zeros(2)})
     with pytest.raises(PyptoError, match="unknown jit option groups"):
         KernelJob("", "k", {}, {}, options={"verify": {}})
-    job = KernelJob("", "k", {}, {"o": ((2, 3), "bf16")})
+    job = KernelJob("", "k", {"i": ((4,), "i32")}, {"o": ((2, 3), "bf16")})
     assert job.outputs["o"] == ((2, 3), np.dtype(BF16)) and job.label == "k"
+    assert job.inputs["i"] == ((4,), np.dtype(np.int32))
+    with pytest.raises(PyptoError, match="input 'i' must be an array or a"):
+        KernelJob("", "k", {"i": [1, 2]}, {})
 
 
 STAT_REPORT = """\

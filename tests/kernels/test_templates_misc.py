@@ -263,9 +263,13 @@ def test_templates_registered():
     assert all(cov[op] for op in ("rope", "matmul_partials", "split_reduce", "window_copy_out"))
 
 
-def test_check_kernels_skips_collective_copy_out():
-    """window_copy_out is a collective task: the pypto executor runs it on numpy (barriers), the template
-    is its local copy only."""
+def test_collective_copy_out_runs_its_local_copy_in_pypto():
+    """window_copy_out is a collective task whose data part is a local copy (its barriers move no data): the
+    pypto executor places it on pypto, rendered from its template, and check_kernels compiles it."""
+    from lowering.pypto_exec import PYPTO, placement, zeros_job
+
     _, tg = _layer_tg("tiny", 2, optimize=False)
     [copy] = [t for t in tg.kernels if t.op == "window_copy_out"]
-    assert copy.collective and check_kernels(tg, "compile", tasks=[copy.id]) == []
+    backend, why, _ = placement(copy, tg)
+    assert copy.collective and backend == PYPTO and "barriers move no data" in why
+    assert f"def {copy.kernel}(" in zeros_job(copy, tg).source

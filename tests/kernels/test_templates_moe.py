@@ -7,8 +7,8 @@ One module-level batch (one `run_jobs` call) holds:
   (T = 20), all-zero rows (the q8 amax floor), heavy score ties in route_sort, recv_count 0 / RM / partial in
   expert_routed, and dispatch_gather with two source ranks. Every output starts poisoned (not zero), so rows a
   kernel must zero-fill (expert_routed, dispatch_gather, window) are checked too.
-* `full` jobs of the EP1 forms of the collectives dispatch_meta and combine (kernels.moe.PYPTO_TEMPLATES_EP1)
-  on the tiny EP1 layer's data, against the collective references at one rank.
+* `full` jobs of the EP1 forms of the collectives dispatch_meta, dispatch_push and combine
+  (kernels.moe.PYPTO_TEMPLATES_EP1) on the tiny EP1 layer's data, against the collective references at one rank.
 * `compile` jobs (to the execute graph) at the flash TP4 shapes (T = 128, hidden 4096, 256 experts, top-6,
   EP16: 16 local experts, RM = 2048): every templated MoE task and window of the flash layers, plus
   dispatch_meta's EP1 form at flash with ep = 1.
@@ -85,9 +85,9 @@ def _layer_jobs(layer_id: int, ops) -> dict:
 
 
 def _ep1_collective_jobs() -> dict:
-    """dispatch_meta and combine of the tiny EP1 hash layer through their EP1 forms (PYPTO_TEMPLATES_EP1), with
-    the collective references' one-rank results as goldens. The signal windows are read-only here (no peer to
-    notify): the kernels take only their read side."""
+    """dispatch_meta, dispatch_push and combine of the tiny EP1 hash layer through their EP1 forms
+    (PYPTO_TEMPLATES_EP1), with the collective references' one-rank results as goldens. The signal windows are
+    read-only here (no peer to notify): the kernels take only their read side."""
     from dspark_ir import layers
     from kernels import moe
     from kernels.pypto_rt import KernelJob
@@ -304,7 +304,8 @@ def batch():
 FULL = sorted([f"L0_{k}" for k in ("moe_ffn_norm", "moe_x_norm_quant", "moe_gate", "moe_route_hash",
                                    "moe_expert_shared", "moe_dispatch_gather", "moe_expert_routed",
                                    "moe_shared_routed", "moe_recv_x", "moe_routed_y_buf")]
-              + ["L1_moe_route_sort", "E_moe_dispatch_meta", "E_moe_combine"] + [f"S_{n}" for n in SYNTHETIC])
+              + ["L1_moe_route_sort", "E_moe_dispatch_meta", "E_moe_dispatch_push", "E_moe_combine"]
+              + [f"S_{n}" for n in SYNTHETIC])
 
 
 def _gate_bound(job, want: np.ndarray) -> np.ndarray:

@@ -49,3 +49,18 @@ def test_run_errors_are_one_line(capsys):
 def test_backends_are_a_small_extensible_dict():
     assert "numpy" in run_cmd.BACKENDS
     assert all(callable(run_cmd.backend(name)) for name in run_cmd.BACKENDS)
+
+
+def test_run_pipeline_and_ep(capsys):
+    """-p default runs the default pipeline first (named in the header); -p none (or '') runs none; --ep picks the
+    moe layer's expert parallelism."""
+    assert main(["run", "moe", "--tp", "1", "--ep", "1", "-p", "default"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == ("dspark run moe · config tiny · tp 1 · ep 1 · seed 0 · regime default · "
+                                   "pipeline default · backend numpy")
+    assert "ok: 1/1" in out and "ranks" not in out
+    for none in ("none", ""):
+        assert main(["run", "decode-swa", "--tp", "1", "-p", none]) == 0
+        assert "pipeline" not in capsys.readouterr().out.splitlines()[0]
+    assert main(["run", "decode-swa", "--ep", "2"]) == 2
+    assert "ep: not a parameter of layer 'decode-swa'" in capsys.readouterr().err
