@@ -93,9 +93,13 @@ class BinOp(Dim):
         return _BIN_PRECEDENCE[self.op]
 
     def __str__(self) -> str:
-        left = _wrap(self.a, self.precedence, right_side=False)
-        right = _wrap(self.b, self.precedence, right_side=True)
-        return f"{left}{self.op}{right}" if self.op in ("*", "//") else f"{left} {self.op} {right}"
+        text = self.__dict__.get("_text")        # immutable: format once
+        if text is None:
+            left = _wrap(self.a, self.precedence, right_side=False)
+            right = _wrap(self.b, self.precedence, right_side=True)
+            text = f"{left}{self.op}{right}" if self.op in ("*", "//") else f"{left} {self.op} {right}"
+            object.__setattr__(self, "_text", text)
+        return text
 
     def symbols(self) -> set[str]:
         return self.a.symbols() | self.b.symbols()
@@ -112,10 +116,15 @@ class Call(Dim):
     args: tuple[Dim, ...]
 
     def __str__(self) -> str:
-        if self.fn == "ceil":
-            a, b = self.args
-            return f"ceil({_wrap(a, 2, False)}/{_wrap(b, 2, True)})"
-        return f"{self.fn}({', '.join(str(a) for a in self.args)})"
+        text = self.__dict__.get("_text")        # immutable: format once
+        if text is None:
+            if self.fn == "ceil":
+                a, b = self.args
+                text = f"ceil({_wrap(a, 2, False)}/{_wrap(b, 2, True)})"
+            else:
+                text = f"{self.fn}({', '.join(str(a) for a in self.args)})"
+            object.__setattr__(self, "_text", text)
+        return text
 
     def symbols(self) -> set[str]:
         return set().union(*(a.symbols() for a in self.args))

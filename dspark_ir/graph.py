@@ -12,14 +12,22 @@ import bisect
 import hashlib
 import heapq
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter, eq, is_
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
+from .dims import BinOp, Call, Const, Sym
 from .errors import ShapeError, VerifyError
 from .ops import get_op
-from .ops.base import OpDef
-from .types import TensorType
+from .ops.base import OpDef, format_attr_value
+from .types import DType, TensorType
+
+
+_NAME, _TYPE = attrgetter("name"), attrgetter("type")
+_WALK_LIMIT = 64       # Graph.reaches: nodes walked before it asks Graph.ancestors
+_IMMUTABLE_TYPES = frozenset({int, float, bool, str, type(None), DType, Const, Sym, BinOp, Call})
 
 
 @dataclass(eq=False)
@@ -91,8 +99,16 @@ class Graph:
         self._next_num = 0
         self._version = 0                       # bumped by every mutation
         self._topo: tuple | None = None          # (version, topological order, name → position)
+        self._ancestors: dict[str, frozenset[str]] = {}   # recent ancestors() answers (see there)
+        self._by_op: dict[str, set[str]] | None = None     # op → names of its nodes
+        self._attr_keys: dict[int, tuple] = {}    # id(attrs) → (attrs, names, values, key): see attr_key
 
     # ---- construction -----------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """Moves on every edit made through the graph's methods (or `touch` / `invalidate`)."""
+        return self._version
+
     @property
     def env(self) -> dict[str, int]:
         """The bound symbols, for evaluating dims."""
@@ -176,10 +192,11 @@ class Graph:
                         hit = True
             if hit:
                 moved.append(node)
-        for i, v in enumerate(self.returns):
-            if v is old:
-                self.returns[i] = new
-                count += 1
+        if old in self.returns:                  # values compare by identity
+            for i, v in enumerate(self.returns):
+                if v is old:
+                    self.returns[i] = new
+                    count += 1
         self._index_replaced(old, new, moved)
         return count
 
@@ -206,7 +223,7 @@ class Graph:
             moved = node.name
             del self.nodes[node.name]
             node.name = new_name
-            self.nodes = self._reinsert(node)
+            self.nodes[new_name] = node       # a renamed node moves to the end of self.nodes
         value.name = new_name
         self.values[new_name] = value
         self._index_renamed(old_name, new_name, node if moved is not None else None, moved)
@@ -216,6 +233,15 @@ class Graph:
         old = (*node.operands, *node.deps)
         node.deps = list(deps)
         self._index_edited(node, old)
+
+    def insert_dep(self, node: Node, index: int, value: Value) -> None:
+        """Make `node` wait for `value` too: `value` goes in at position `index` of its deps. The same as
+        `set_deps` with that list, without comparing the old and new lists (a node may have many deps)."""
+        if value in node.operands or value in node.deps:     # values compare by identity
+            self.set_deps(node, node.deps[:index] + [value] + node.deps[index:])
+            return
+        node.deps = node.deps[:index] + [value] + node.deps[index:]
+        self._index_edited(node, (), [value], [])
 
     def set_operand(self, node: Node, index: int, value: Value) -> None:
         """Point operand `index` of `node` at `value` (keeps the derived indexes)."""
@@ -236,6 +262,8 @@ class Graph:
         self._pos = None
         self._num = None
         self._topo = None
+        self._ancestors.clear()
+        self._by_op = None
         self._version += 1
 
     # ---- derived indexes ----------------------------------------------------------------------
@@ -256,6 +284,8 @@ class Graph:
         if self._num is not None:
             self._num[node.name] = self._next_num
             self._next_num += 1
+        if self._by_op is not None:
+            self._by_op.setdefault(node.op, set()).add(node.name)
         current = self._topo is not None and self._topo[0] == self._version
         self._version += 1
         self._topo = (self._version, _insert_sink(self._topo[1], node), None) if current else None
@@ -264,15 +294,16 @@ class Graph:
         """remove_node of a node nobody uses: drop it from its operands' user lists. Removing such a
         sink leaves the lexicographic topological order of the other nodes unchanged."""
         if self._users is not None:
-            for v in {v.name: v for v in (*node.operands, *node.deps)}.values():
-                lst = self._users.get(v.name)
-                if lst is not None:
-                    self._users[v.name] = [n for n in lst if n is not node]
+            for name in set(map(_NAME, (*node.operands, *node.deps))):
+                self._drop_user(name, node)
             for v in node.results:
                 self._users.pop(v.name, None)
             self._pos.pop(node.name, None)
         if self._num is not None:
             self._num.pop(node.name, None)
+        self._forget_ancestors((node.name,))
+        if self._by_op is not None:
+            self._by_op[node.op].discard(node.name)
         current = self._topo is not None and self._topo[0] == self._version
         self._version += 1
         self._topo = (self._version, [n for n in self._topo[1] if n is not node], None) if current else None
@@ -285,16 +316,15 @@ class Graph:
     def _index_replaced(self, old: Value, new: Value, moved: list[Node]) -> None:
         """replace_uses: `moved` no longer name `old` and now name `new`."""
         if self._users is not None and moved:
-            gone = set(map(id, moved))
-            self._users[old.name] = [n for n in self._users.get(old.name, []) if id(n) not in gone]
-            merged = {id(n): n for n in self._users.get(new.name, [])}
-            merged.update((id(n), n) for n in moved)
-            self._users[new.name] = sorted(merged.values(), key=lambda n: self._pos[n.name])
+            for n in moved:
+                self._drop_user(old.name, n)
+                self._add_user(new.name, n)
         if self._num is not None and new.producer is not None and new.producer.name in self.nodes:
             for n in moved:
                 if not self._ordered(new.producer, n):
                     self._num = None
                     break
+        self._forget_ancestors(n.name for n in moved)
         self._topo = None
         self._version += 1
 
@@ -318,32 +348,71 @@ class Graph:
                 self._num = None
             else:
                 self._num[node.name] = at
+        if old_node_name is not None:
+            self._forget_ancestors((old_node_name,))
+            if self._by_op is not None:
+                names = self._by_op[node.op]
+                names.discard(old_node_name)
+                names.add(node.name)
         self._topo = None
         self._version += 1
 
-    def _index_edited(self, node: Node, before: Sequence[Value]) -> None:
-        """`node`'s operands/deps changed from `before`: fix its entries in the user lists."""
-        after = (*node.operands, *node.deps)
+    def _index_edited(self, node: Node, before: Sequence[Value], added: list[Value] | None = None,
+                      removed: list[Value] | None = None) -> None:
+        """`node`'s operands/deps changed from `before`: fix its entries in the user lists. The work is in the
+        values that came or went (a node with many deps often gets one more); a caller may name them."""
+        if added is None:
+            after = (*node.operands, *node.deps)
+            before_set, after_set = set(before), set(after)      # values hash by identity
+            added = list(compress(after, map((after_set - before_set).__contains__, after)))
+            gone = before_set - after_set
+            removed = list(compress(before, map(gone.__contains__, before))) if gone else []
         if self._users is not None:
-            old_names = {v.name for v in before}
-            new_names = {v.name for v in after}
-            for name in old_names - new_names:
-                lst = self._users.get(name)
-                if lst is not None:
-                    self._users[name] = [n for n in lst if n is not node]
-            pos = self._pos
-            for name in new_names - old_names:
-                lst = self._users.setdefault(name, [])
-                if not any(n is node for n in lst):
-                    bisect.insort(lst, node, key=lambda n: pos[n.name])
+            if removed:
+                for name in set(map(_NAME, removed)) - set(map(_NAME, (*node.operands, *node.deps))):
+                    self._drop_user(name, node)
+            for v in added:
+                self._add_user(v.name, node)
         if self._num is not None:
-            for v in after:
+            for v in added:                                  # the edges that were there are still ordered
                 p = v.producer
                 if p is not None and p.name in self.nodes and not self._ordered(p, node):
                     self._num = None
                     break
+        self._forget_ancestors((node.name,))
         self._topo = None
         self._version += 1
+
+    # A user list is in self.nodes order, so in position order: a node is found (or placed) by bisection.
+    def _add_user(self, name: str, node: Node) -> None:
+        pos = self._pos
+        lst = self._users.setdefault(name, [])
+        at = pos[node.name]
+        if not lst or pos[lst[-1].name] < at:       # the common case: a later node than all the others
+            lst.append(node)
+            return
+        i = bisect.bisect_left(lst, at, key=lambda n: pos[n.name])
+        if i == len(lst) or lst[i] is not node:
+            lst.insert(i, node)
+
+    def _drop_user(self, name: str, node: Node) -> None:
+        pos = self._pos
+        lst = self._users.get(name)
+        if lst is None:
+            return
+        i = bisect.bisect_left(lst, pos[node.name], key=lambda n: pos[n.name])
+        if i < len(lst) and lst[i] is node:
+            del lst[i]
+
+    def _forget_ancestors(self, names: Iterable[str]) -> None:
+        """The edges into these nodes changed (or the nodes went): drop the remembered ancestor sets that
+        they are in or that are theirs. Every other remembered set is still exact."""
+        memo = self._ancestors
+        if not memo:
+            return
+        for name in names:
+            for key in [k for k, found in memo.items() if k == name or name in found]:
+                del memo[key]
 
     def _ordered(self, p: Node, node: Node) -> bool:
         """Keep the numbering topological for a new edge p → node: fine if p is already below node; else
@@ -358,8 +427,10 @@ class Graph:
             lo = max((num.get(x.producer.name, float("inf")) for x in (*n.operands, *n.deps)
                       if x.producer is not None and x.producer.name in self.nodes), default=-1.0)
             hi = min((num.get(u.name, float("-inf")) for r in n.results for u in self.users(r)), default=lo + 2.0)
-            if lo < hi:
-                num[n.name] = (lo + hi) / 2
+            mid = (lo + hi) / 2
+            if lo < mid < hi:        # not when float precision has run out between them
+                num[n.name] = mid
+                self._next_num = max(self._next_num, int(mid) + 1)   # added nodes go above every number
                 return num[p.name] < num[node.name]
         return False
 
@@ -374,11 +445,6 @@ class Graph:
         self._pos = {name: i for i, name in enumerate(self.nodes)}
         self._next_pos = len(self._pos)
 
-    def _reinsert(self, node: Node) -> dict[str, Node]:
-        nodes = dict(self.nodes)
-        nodes[node.name] = node
-        return nodes
-
     # ---- queries ----------------------------------------------------------------------------
     def users(self, value: Value) -> list[Node]:
         if self._users is None:
@@ -387,6 +453,28 @@ class Graph:
 
     def ops(self, op: str) -> list[Node]:
         return [n for n in self.topo_order() if n.op == op]
+
+    def names_of_op(self, op: str) -> set[str]:
+        """The names of the nodes of kind `op` (from an index kept across edits)."""
+        if self._by_op is None:
+            self._by_op = {}
+            for node in self.nodes.values():
+                self._by_op.setdefault(node.op, set()).add(node.name)
+        return set(self._by_op.get(op, ()))
+
+    def attr_key(self, attrs: Mapping[str, Any]) -> tuple:
+        """(name, formatted value) pairs of a node's attributes, sorted by name: the attribute part of the keys
+        that compare nodes. Remembered per dict while it holds the same value objects, when those are immutable
+        (then they format the same): most nodes keep theirs from one pass to the next."""
+        known = self._attr_keys.get(id(attrs))
+        if known is not None and known[0] is attrs and len(attrs) == len(known[1]) \
+                and all(map(eq, known[1], attrs)) and all(map(is_, known[2], attrs.values())):
+            return known[3]
+        names, values = tuple(attrs), tuple(attrs.values())
+        key = tuple(sorted(zip(names, map(format_attr_value, values))))
+        if all(map(_immutable, values)):
+            self._attr_keys[id(attrs)] = (attrs, names, values, key)   # holds attrs: its id stays its own
+        return key
 
     def to_networkx(self) -> nx.DiGraph:
         """Op nodes as networkx nodes (attribute `node`); edges carry `kind` = data | dep."""
@@ -412,33 +500,44 @@ class Graph:
         if self._topo is not None and self._topo[0] == self._version:
             return list(self._topo[1])
         order = self._kahn()
+        if len(order) != len(self.nodes):
+            self._raise_cycle()
         self._topo = (self._version, order, None)
         return list(order)
 
-    def _kahn(self) -> list[Node]:
+    def order_with(self, extra: Iterable[tuple[Node, Node]]) -> list[Node] | None:
+        """`topo_order()` of the graph with the edges `extra` (a, b: a before b) added; None on a cycle."""
+        order = self._kahn(extra)
+        return order if len(order) == len(self.nodes) else None
+
+    def _kahn(self, extra: Iterable[tuple[Node, Node]] = ()) -> list[Node]:
+        """The lexicographic topological order; shorter than the graph when there is a cycle."""
         nodes = self.nodes
         listed = list(nodes.values())
         # rank = position in (seq, insertion index) order: the heap compares ints, not tuples
-        rank_of = sorted(range(len(listed)), key=lambda i: listed[i].seq)   # stable: ties by insertion
+        seqs = [n.seq for n in listed]
+        rank_of = sorted(range(len(listed)), key=seqs.__getitem__)   # stable: ties by insertion
         rank = [0] * len(listed)
         for r, i in enumerate(rank_of):
             rank[i] = r
-        slot = {name: i for i, name in enumerate(nodes)}
+        slot = {name: i for i, name in enumerate(nodes)}.get
+        preds: list[set[int]] = [set() for _ in listed]
+        for i, node in enumerate(listed):
+            found = preds[i]
+            for v in (*node.operands, *node.deps):
+                p = v.producer
+                if p is not None:
+                    j = slot(p.name)
+                    if j is not None:
+                        found.add(j)
+        for a, b in extra:
+            preds[slot(b.name)].add(slot(a.name))
         succ: list[list[int]] = [[] for _ in listed]
         indeg = [0] * len(listed)
-        for i, node in enumerate(listed):
-            preds = set()
-            for v in node.operands:
-                p = v.producer
-                if p is not None and p.name in slot:
-                    preds.add(slot[p.name])
-            for v in node.deps:
-                p = v.producer
-                if p is not None and p.name in slot:
-                    preds.add(slot[p.name])
-            for p in preds:
+        for i, found in enumerate(preds):
+            for p in found:
                 succ[p].append(i)
-            indeg[i] = len(preds)
+            indeg[i] = len(found)
         heap = [rank[i] for i in range(len(listed)) if indeg[i] == 0]
         heapq.heapify(heap)
         out: list[Node] = []
@@ -449,38 +548,102 @@ class Graph:
                 indeg[child] -= 1
                 if indeg[child] == 0:
                     heapq.heappush(heap, rank[child])
-        if len(out) != len(nodes):
-            g = self.to_networkx()
-            cycle = nx.find_cycle(g)
-            path = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
-            first = self.nodes[cycle[0][0]]
-            raise VerifyError(f"cycle: {path}", first.where)
         return out
+
+    def _raise_cycle(self) -> None:
+        cycle = nx.find_cycle(self.to_networkx())
+        path = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
+        raise VerifyError(f"cycle: {path}", self.nodes[cycle[0][0]].where)
 
     def reaches(self, a: Node, b: Node) -> bool:
         """Is there a path a → … → b over operand and deps edges (a ≠ b)? The same answer as
-        `a.name in nx.ancestors(self.to_networkx(), b.name)`, by a backward walk from b that never goes
-        above a's topological position (nothing there can be reached from a). Needs an acyclic graph."""
+        `a.name in nx.ancestors(self.to_networkx(), b.name)`, without networkx: a walk back from b and a walk
+        on from a, each kept between a's and b's topological positions (a path a → b stays there), depth
+        first, in turn, until they meet or one runs dry; past a few dozen nodes, `a.name in ancestors(b)`.
+        Needs an acyclic graph."""
         pos = self._numbering()
         floor = pos.get(a.name)
         if floor is None or b.name not in self.nodes:
             return False
+        ceiling = pos.get(b.name, float("inf"))
+        if ceiling <= floor:
+            return False
+        if self._users is None:
+            self._build_users()
+        nodes, users = self.nodes, self._users
+        back, back_seen = [nodes[b.name]], {b.name}
+        ahead, ahead_seen = [nodes[a.name]] if a.name in nodes else [], {a.name}
+        back_turn, steps = False, 0
+        while back and ahead:
+            steps += 1
+            if steps > _WALK_LIMIT:          # far apart: the remembered ancestor sets answer that faster
+                return a.name in self.ancestors(b)
+            back_turn = not back_turn        # one node each in turn (a node with many users does not flood it)
+            if back_turn:
+                cur = back.pop()
+                for v in (*cur.operands, *cur.deps):
+                    p = v.producer
+                    if p is None or p.name in back_seen:
+                        continue
+                    if p.name in ahead_seen:
+                        return True
+                    at = pos.get(p.name)
+                    if at is None or at < floor:
+                        continue
+                    back_seen.add(p.name)
+                    back.append(nodes[p.name])
+            else:
+                cur = ahead.pop()
+                for r in cur.results:
+                    for u in users.get(r.name, ()):
+                        if u.name in ahead_seen:
+                            continue
+                        if u.name in back_seen:
+                            return True
+                        if pos.get(u.name, ceiling) > ceiling:
+                            continue
+                        ahead_seen.add(u.name)
+                        ahead.append(u)
+        return False
+
+    def ancestors(self, node: Node) -> frozenset[str]:
+        """Names of the nodes with a path to `node` over operand and deps edges: nx.ancestors on
+        `to_networkx()`, without networkx. Recent answers are remembered until an edit reaches them (see
+        `_forget_ancestors`); a walk that meets a remembered node takes its set instead of walking on, so
+        asking for the nodes of a long chain one after the other costs about the new part each time."""
+        memo = self._ancestors
+        if node.name in memo:
+            return memo[node.name]
         nodes, seen = self.nodes, set()
-        stack = [nodes[b.name]]
+        reached: dict[str, frozenset[str]] = {}  # remembered nodes found on the walk → their sets
+        deferred: list[Node] = []               # nodes inside a remembered set: walked only if no set covers them
+        stack = [node]
         while stack:
             cur = stack.pop()
             for v in (*cur.operands, *cur.deps):
                 p = v.producer
-                if p is None or p.name in seen:
+                if p is None or p.name in seen or p.name not in nodes:
                     continue
-                at = pos.get(p.name)
-                if at is None or at < floor:
-                    continue
-                if p.name == a.name:
-                    return True
                 seen.add(p.name)
-                stack.append(nodes[p.name])
-        return False
+                if p.name in memo:
+                    reached[p.name] = memo[p.name]
+                elif any(p.name in found for found in memo.values()):
+                    deferred.append(nodes[p.name])
+                else:
+                    stack.append(nodes[p.name])
+            if not stack and deferred:
+                stack = [d for d in deferred if not any(d.name in found for found in reached.values())]
+                deferred = []
+        taken: list[frozenset[str]] = []
+        for name, found in sorted(reached.items(), key=lambda item: -len(item[1])):
+            if not any(name in bigger for bigger in taken):    # else its set is inside a bigger one
+                seen |= found
+                taken.append(found)
+        seen.discard(node.name)
+        found = memo[node.name] = frozenset(seen)
+        if len(memo) > 8:
+            del memo[next(iter(memo))]
+        return found
 
     def _numbering(self) -> dict[str, int]:
         """A topological numbering (kept across add_op / remove_node / replace_uses when still valid).
@@ -491,15 +654,27 @@ class Graph:
             self._next_num = len(self._num)
         return self._num
 
-    def in_topo_order(self, nodes: Sequence[Node]) -> list[Node]:
+    def in_topo_order(self, nodes: Sequence[Node], known: dict | None = None) -> list[Node]:
         """`nodes` in `topo_order()` order. When they form a chain (each reaches the next) every topological
-        order lists them alike, so the kept numbering decides without recomputing the lexicographic order."""
+        order lists them alike, so the kept numbering decides without recomputing the lexicographic order.
+        `known`: pairs the caller already found chained, {(id(a), id(b)): (a, b)}, still true in this graph
+        (the caller drops the ones an edit may break); the pairs found here are added to it."""
         if self._topo is None or self._topo[0] != self._version:
-            ranked = sorted(nodes, key=lambda n: self._numbering()[n.name])
-            if all(self.reaches(a, b) for a, b in zip(ranked, ranked[1:])):
+            num = self._numbering()
+            ranked = sorted(nodes, key=lambda n: num[n.name])
+            if all(self._chained(a, b, known) for a, b in zip(ranked, ranked[1:])):
                 return ranked
         pos = self.topo_index()
         return sorted(nodes, key=lambda n: pos[n.name])
+
+    def _chained(self, a: Node, b: Node, known: dict | None) -> bool:
+        if known is not None and (id(a), id(b)) in known:
+            return True
+        if not self.reaches(a, b):
+            return False
+        if known is not None:
+            known[(id(a), id(b))] = (a, b)     # the nodes stay referenced, so their ids stay theirs
+        return True
 
     def topo_index(self) -> dict[str, int]:
         """Node name → position in `topo_order()` (cached with it; do not modify the returned dict)."""
@@ -540,10 +715,11 @@ class Graph:
         """Everything that defines the graph's meaning and schedule, independent of print order."""
         params = tuple((p.name, str(p.type), p.inout) for p in self.params)
         nodes = tuple(sorted(
-            (n.name, n.op, tuple(v.name for v in n.operands), tuple((v.name, str(v.type)) for v in n.results),
-             tuple(sorted((k, _attr_key(val)) for k, val in n.attrs.items())), tuple(v.name for v in n.deps))
+            (n.name, n.op, tuple(map(_NAME, n.operands)),
+             tuple(zip(map(_NAME, n.results), map(str, map(_TYPE, n.results)))),
+             self.attr_key(n.attrs), tuple(map(_NAME, n.deps)))
             for n in self.nodes.values()))
-        attributes = tuple(sorted((k, _attr_key(v)) for k, v in self.attributes.items()))
+        attributes = tuple(sorted((k, format_attr_value(v)) for k, v in self.attributes.items()))
         return (self.name, tuple(self.symbols.items()), attributes, params, nodes,
                 tuple(v.name for v in self.returns))
 
@@ -572,10 +748,10 @@ def _insert_sink(order: list[Node], node: Node) -> list[Node]:
     return order + [node]
 
 
-def _attr_key(value: Any) -> str:
-    from .ops.base import format_attr_value
-
-    return format_attr_value(value)
+def _immutable(value: Any) -> bool:
+    if type(value) is tuple:
+        return all(map(_immutable, value))
+    return type(value) in _IMMUTABLE_TYPES
 
 
 def infer_types(opdef: type[OpDef], ins: Sequence[TensorType], attrs: Mapping[str, Any],

@@ -77,6 +77,14 @@ class TensorType:
             object.__setattr__(self, "_text", text)
         return text
 
+    def symbols(self) -> frozenset[str]:
+        """The symbols the shape mentions."""
+        found = self.__dict__.get("_symbols")     # immutable: collect once
+        if found is None:
+            found = frozenset().union(*(d.symbols() for d in self.shape))
+            object.__setattr__(self, "_symbols", found)
+        return found
+
     def evaluate(self, env: Mapping[str, int]) -> "TensorType":
         return TensorType(self.dtype, tuple(d.evaluate(env) for d in self.shape))
 

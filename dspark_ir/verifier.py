@@ -36,8 +36,9 @@ def check(g: Graph) -> Iterator[VerifyError]:
         yield e
         return
     node_errors = False
+    env, declared, rules = g.env, set(g.symbols), _Rules()
     for node in order:
-        for error in _check_node(g, node):
+        for error in _check_node(g, node, env, declared, rules):
             node_errors = True
             yield error
     yield from _check_buffers(g, order)
@@ -58,7 +59,7 @@ def _check_header(g: Graph) -> Iterator[VerifyError]:
     where = f"{g.loc}: graph '@{g.name}'" if g.loc else f"graph '@{g.name}'"
     declared = set(g.symbols)
     for p in g.params:
-        unknown = _symbols_of(p.type) - declared
+        unknown = p.type.symbols() - declared
         if unknown:
             yield _err(f"parameter %{p.name} uses undeclared symbol '{sorted(unknown)[0]}'", where)
         if p.inout and p.type.is_token:
@@ -77,34 +78,70 @@ def _check_references(g: Graph) -> Iterator[VerifyError]:
             yield _err(f"return value %{v.name} is not defined in this graph", f"graph '@{g.name}'")
 
 
-def _check_node(g: Graph, node: Node) -> Iterator[VerifyError]:
-    opdef = node.opdef
+class _Rule:
+    """An op's attribute check, shape rule and tile axes for one set of operand types and attribute values."""
+
+    def __init__(self, opdef, types: list[TensorType], values: tuple):
+        self.opdef, self.types, self.values = opdef, types, values   # held: the ids in its key stay theirs
+        self.inferred: list[TensorType] | None = None
+        self.axes: list | None = None
+
+    def infer(self, node: Node) -> list[TensorType]:
+        """Raises ShapeError."""
+        if self.inferred is None:
+            self.opdef.normalize_attrs(node.attrs)
+            self.inferred = infer_types(self.opdef, self.types, node.attrs, node.name)
+        return self.inferred
+
+    def tile_axes(self, node: Node) -> list:
+        if self.axes is None:
+            self.axes = self.opdef().tile_axes(self.types, self.inferred, node.attrs)
+        return self.axes
+
+
+class _Rules:
+    """The rules asked once per op, operand types and attribute values (by identity: a model's layers share
+    them) in one check: they depend on nothing else."""
+
+    def __init__(self):
+        self._known: dict[tuple, _Rule] = {}
+
+    def of(self, node: Node) -> _Rule:
+        opdef, types, values = node.opdef, [v.type for v in node.operands], tuple(node.attrs.values())
+        key = (opdef, tuple(map(id, types)), tuple(node.attrs), tuple(map(id, values)))
+        rule = self._known.get(key)
+        if rule is None:
+            rule = self._known[key] = _Rule(opdef, types, values)
+        return rule
+
+
+def _check_node(g: Graph, node: Node, env: dict[str, int], declared_symbols: set[str],
+                rules: _Rules) -> Iterator[VerifyError]:
+    rule = rules.of(node)
     try:
-        opdef.normalize_attrs(node.attrs)
-        inferred = infer_types(opdef, [v.type for v in node.operands], node.attrs, node.name)
+        inferred = rule.infer(node)
     except ShapeError as e:
         yield _err(e.message, node.where)
         return
-    declared_symbols = set(g.symbols)
     for v, expected in zip(node.results, inferred):
-        unknown = _symbols_of(v.type) - declared_symbols
+        unknown = v.type.symbols() - declared_symbols
         if unknown:
             yield _err(f"result %{v.name} uses undeclared symbol '{sorted(unknown)[0]}'", node.where)
-        if not _same_type(v.type, expected, g.env):
+        if not _same_type(v.type, expected, env):
             yield _err(f"result %{v.name} has type {v.type} but {node.op} gives {expected}", node.where)
     if len(inferred) != len(node.results):
         yield _err(f"{node.op} gives {len(inferred)} results, {len(node.results)} declared", node.where)
     for d in node.deps:
         if d.producer is None and not d.type.is_token:
             yield _err(f"deps(%{d.name}): an explicit dependency must name an op's result", node.where)
-    yield from _check_tiles(g, node, inferred)
+    yield from _check_tiles(node, rule, env)
 
 
-def _check_tiles(g: Graph, node: Node, outs: list[TensorType]) -> Iterator[VerifyError]:
+def _check_tiles(node: Node, rule: _Rule, env: dict[str, int]) -> Iterator[VerifyError]:
     tile = node.attrs.get("tile")
     if tile is None:
         return
-    axes = node.opdef().tile_axes([v.type for v in node.operands], outs, node.attrs)
+    axes = rule.tile_axes(node)
     if len(tile) != len(axes):
         names = ", ".join(a for a, _ in axes) or "none"
         yield _err(f"tile has {len(tile)} entries but {node.op} tiles {len(axes)} axes ({names})", node.where)
@@ -113,7 +150,7 @@ def _check_tiles(g: Graph, node: Node, outs: list[TensorType]) -> Iterator[Verif
         if size <= 0:
             yield _err(f"tile size for axis '{axis}' must be positive, got {size}", node.where)
             continue
-        n = extent.value(g.env)
+        n = extent.value(env)
         if n is None or n % size == 0 or node.attrs.get("tail") == "clamp":
             continue
         yield _err(f"tile {size} does not divide axis '{axis}' = {n} (declare tail = clamp)", node.where)
@@ -168,10 +205,6 @@ def _last_version(g: Graph, p: Value, writer_of: dict[str, Node]) -> Value:
         index = next(r for r, o in node.opdef.aliases.items() if node.operands[o] is v)
         v = node.results[index]
     return v
-
-
-def _symbols_of(t: TensorType) -> set[str]:
-    return set().union(*(d.symbols() for d in t.shape)) if t.shape else set()
 
 
 def _same_type(a: TensorType, b: TensorType, env: dict[str, int]) -> bool:

@@ -22,6 +22,7 @@ import networkx as nx
 
 from dspark_ir.dims import Dim
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.types import TensorType
 
 from .errors import LoweringError
 from .hazards import find_hazards, transitive_reduction
@@ -61,6 +62,8 @@ class _Builder:
         self.placed: dict[str, tuple[Node, int]] = {}  # value → (concat node, offset along its axis)
         self.task_of: dict[str, int] = {}
         self._writers_memo: dict[str, Node] | None = None
+        self._types: dict[int, tuple] = {}     # id(type) → (type, concrete shape, dim texts); types are shared
+        self._alias_memo: dict[tuple, dict[int, int]] = {}
 
     # ---- driver ---------------------------------------------------------------------------------
     def build(self) -> TaskGraph:
@@ -94,17 +97,48 @@ class _Builder:
 
     def _check_concrete(self) -> None:
         for v in self.g.values.values():
-            if v.type.is_token or v.type.concrete_shape(self.env) is not None:
+            if v.type.is_token or self._shape(v.type) is not None:
                 continue
             unbound = sorted(set().union(*(d.symbols() for d in v.type.shape)) - set(self.env))
             where = v.producer.where if v.producer else f"graph '@{self.g.name}'"
             raise LoweringError(f"%{v.name}: {v.type} has unbound symbol '{unbound[0]}'; lowering needs "
                                 "concrete shapes (bind it in the graph header)", where)
 
+    # ---- in-place aliases -----------------------------------------------------------------------
+    def _aliases(self, node: Node) -> dict[int, int]:
+        """_aliases(node), which depends on the op and the operand and result counts only (do not modify)."""
+        key = (node.op, len(node.operands), len(node.results))
+        found = self._alias_memo.get(key)
+        if found is None:
+            found = self._alias_memo[key] = _aliases(node)
+        return found
+
+    def _alias_of(self, v: Value) -> int | None:
+        return None if v.producer is None else self._aliases(v.producer).get(v.index)
+
+    # ---- types --------------------------------------------------------------------------------------
+    def _type_info(self, t: TensorType) -> tuple:
+        info = self._types.get(id(t))
+        if info is None or info[0] is not t:
+            info = (t, t.concrete_shape(self.env), tuple(str(d) for d in t.shape), t.dtype.value)
+            self._types[id(t)] = info
+        return info
+
+    def _shape(self, t: TensorType) -> tuple[int, ...] | None:
+        """t.concrete_shape(env)."""
+        return self._type_info(t)[1]
+
+    def _dims(self, t: TensorType) -> tuple[str, ...]:
+        """The IR text of each dim."""
+        return self._type_info(t)[2]
+
+    def _dtype(self, t: TensorType) -> str:
+        return self._type_info(t)[3]
+
     # ---- buffers and views ----------------------------------------------------------------------
     def _new_buffer(self, v: Value, kind: str) -> View:
-        shape = v.type.concrete_shape(self.env)
-        self.buffers[v.name] = Buffer(v.name, v.type.dtype.value, tuple(shape), kind)
+        shape = self._shape(v.type)
+        self.buffers[v.name] = Buffer(v.name, self._dtype(v.type), tuple(shape), kind)
         view = View.whole(v.name, shape)
         self.views[v.name] = view
         return view
@@ -116,11 +150,11 @@ class _Builder:
         if v.name in self.placed:
             concat, offset = self.placed[v.name]
             axis = int(concat.attrs["axis"])
-            size = v.type.concrete_shape(self.env)[axis]
+            size = self._shape(v.type)[axis]
             view = self._view(concat.result).slice(axis, offset, size)
             self.views[v.name] = view
             return view
-        alias = _alias_of(v)
+        alias = self._alias_of(v)
         if alias is not None:
             node = v.producer
             view = self._view(node.operands[alias])
@@ -129,7 +163,7 @@ class _Builder:
         return self._new_buffer(v, "local")
 
     def _plan_placements(self) -> None:
-        updated = {n.operands[o].name for n in self.g.nodes.values() for o in _aliases(n).values()}
+        updated = {n.operands[o].name for n in self.g.nodes.values() for o in self._aliases(n).values()}
         for node in self.g.topo_order():
             if node.op not in PLACEMENT_OPS:
                 continue
@@ -140,7 +174,7 @@ class _Builder:
             axis, offset = int(node.attrs["axis"]), 0
             for x in node.operands:
                 self.placed[x.name] = (node, offset)
-                offset += x.type.concrete_shape(self.env)[axis]
+                offset += self._shape(x.type)[axis]
 
     def _placeable(self, x: Value, updated: set[str]) -> bool:
         node = x.producer
@@ -148,7 +182,7 @@ class _Builder:
             return False
         if node.op in VIEW_RULES or node.op in PLACEMENT_OPS or _is_dummy(node):
             return False
-        return _alias_of(x) is None
+        return self._alias_of(x) is None
 
     def _classify(self, node: Node) -> None:
         if _is_dummy(node):
@@ -161,7 +195,7 @@ class _Builder:
         if rule is not None and len(node.operands) == 1 and len(node.results) == 1:
             view = rule(self._view(node.operands[0]), self._attrs(node))
             if view is not None:
-                if view.shape != tuple(node.result.type.concrete_shape(self.env)):
+                if view.shape != tuple(self._shape(node.result.type)):
                     raise LoweringError(f"view rule for '{node.op}' gives shape {view.shape}, declared "
                                         f"{node.result.type}", node.where)
                 self.views[node.result.name] = view
@@ -183,29 +217,32 @@ class _Builder:
             return self._writers_memo
         out = {}
         for node in self.g.nodes.values():
-            for o in _aliases(node).values():
+            for o in self._aliases(node).values():
                 out[self._version_root(node.operands[o])] = node
         self._writers_memo = out
         return out
 
     def _program_order(self) -> list[Node]:
-        order = self.g.to_networkx()
+        """The graph's topological order (networkx's lexicographical_topological_sort of its edges, key seq)
+        with an edge from every reader of a buffer version to the node that overwrites it in place."""
         writers = self._writers()
+        war = []
         for reader in self.g.nodes.values():
             if self.kind[reader.name] != "kernel":
                 continue
             for u in reader.operands:
                 writer = writers.get(self._version_root(u))
                 if writer is not None and writer is not reader and not u.type.is_token:
-                    order.add_edge(reader.name, writer.name, kind="war")
-        try:
-            names = list(nx.lexicographical_topological_sort(order, key=lambda n: self.g.nodes[n].seq))
-        except nx.NetworkXUnfeasible:
-            cycle = " -> ".join(e[0] for e in nx.find_cycle(order))
+                    war.append((reader, writer))
+        order = self.g.order_with(war)
+        if order is None:
+            edges = self.g.to_networkx()
+            edges.add_edges_from((a.name, b.name) for a, b in war)
+            cycle = " -> ".join(e[0] for e in nx.find_cycle(edges))
             raise LoweringError(f"no valid submission order: an in-place update must wait for a reader "
                                 f"of the old contents that itself depends on the update ({cycle})",
-                                f"graph '@{self.g.name}'") from None
-        return [self.g.nodes[n] for n in names]
+                                f"graph '@{self.g.name}'")
+        return order
 
     def _check_not_stale(self, v: Value) -> None:
         writer = self._writers().get(self._version_root(v))
@@ -222,30 +259,30 @@ class _Builder:
         attrs = self._attrs(node)
         if self.kind[node.name] == "dummy":
             return Task(tid, node.name, node.op, "dummy", "none", 1, [], attrs, opdef.reference or "",
-                        opdef.family, "", _results(node), sched=str(attrs.get("sched") or ""))
+                        opdef.family, "", _results(node, self._aliases(node)), sched=str(attrs.get("sched") or ""))
         core = opdef.core_of(node.attrs)
         return Task(
             tid, node.name, node.op, "kernel", "vector" if core == "none" else core, int(attrs.get("blocks", 1)),
-            self._args(node), attrs, opdef.reference or "", opdef.family, "", _results(node),
+            self._args(node), attrs, opdef.reference or "", opdef.family, "", _results(node, self._aliases(node)),
             operands=len(node.operands), collective=bool(opdef.collective), accumulate=str(attrs.get("accumulate", "none")),
             sched=str(attrs.get("sched") or ""))
 
     def _args(self, node: Node) -> list[Arg]:
         opdef = node.opdef
-        aliases = _aliases(node)
+        aliases = self._aliases(node)
         inout = set(aliases.values()) | _side_effect_operands(node)
         args = []
         for i, u in enumerate(node.operands):
             if u.type.is_token:
                 continue
             direction = "inout" if i in inout else "in"
-            args.append(Arg(_operand_name(node, i), u.name, direction, u.type.dtype.value, self._view(u), i,
-                            _dims(u)))
+            args.append(Arg(_operand_name(node, i), u.name, direction, self._dtype(u.type), self._view(u), i,
+                            self._dims(u.type)))
         for r, v in enumerate(node.results):
             if v.type.is_token or r in aliases:
                 continue
             name = opdef.results[r] if r < len(opdef.results) else f"out{r}"
-            args.append(Arg(name, v.name, "out", v.type.dtype.value, self._view(v), r, _dims(v)))
+            args.append(Arg(name, v.name, "out", self._dtype(v.type), self._view(v), r, self._dims(v.type)))
         return args
 
     def _producers(self, v: Value, memo: dict[str, frozenset[int]]) -> frozenset[int]:
@@ -304,21 +341,12 @@ def _side_effect_operands(node: Node) -> set[int]:
     return {i for i, n in enumerate(node.opdef.operands) if n.lstrip("*") == name and i < len(node.operands)}
 
 
-def _dims(v: Value) -> tuple[str, ...]:
-    return tuple(str(d) for d in v.type.shape)
-
-
 def _aliases(node: Node) -> dict[int, int]:
     """The op's in-place aliases that apply to this node (an optional operand may be absent)."""
     return {r: o for r, o in node.opdef.aliases.items() if o < len(node.operands) and r < len(node.results)}
 
 
-def _alias_of(v: Value) -> int | None:
-    return None if v.producer is None else _aliases(v.producer).get(v.index)
-
-
-def _results(node: Node) -> list[dict]:
-    aliases = _aliases(node)
+def _results(node: Node, aliases: dict[int, int]) -> list[dict]:
     return [{"value": v.name, "alias": aliases.get(r), "token": v.type.is_token,
              "dtype": v.type.dtype.value} for r, v in enumerate(node.results)]
 

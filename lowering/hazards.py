@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from .regions import Region
+from .regions import Region, View
 from .taskgraph import Task
 
 
@@ -42,12 +42,16 @@ def hazard_kind(first_writes: bool, second_writes: bool) -> str | None:
 def find_hazards(tasks: Sequence[Task]) -> list[Hazard]:
     """Every conflicting pair of accesses, one Hazard per (first, second, kind, buffer)."""
     accesses: dict[str, list[tuple[int, Region, bool, str]]] = {}
+    writes_of: dict[str, list[tuple[int, Region, bool, str]]] = {}   # the writing ones: all a read can meet
     seen: set[tuple[int, int, str, str]] = set()
     found: list[Hazard] = []
+    regions: dict[int, Region] = {}          # id(view) → its region: many arguments share a view
     for task in tasks:
-        mine = [(a.region(), a.writes, a.param, a.reads) for a in task.args]
+        mine = [(_region(a.view, regions), a.direction in ("out", "inout"), a.param, a.direction in ("in", "inout"))
+                for a in task.args]                   # (region, writes, param, reads): Arg.writes, Arg.reads
         for region, writes, param, reads in mine:
-            for other_id, other_region, other_writes, other_param in accesses.get(region.buffer, ()):
+            earlier = accesses if writes else writes_of      # a read conflicts with writes only
+            for other_id, other_region, other_writes, other_param in earlier.get(region.buffer, ()):
                 kinds = [hazard_kind(other_writes, writes)]
                 if writes and reads and other_writes:  # an inout after a write is RAW and WAW
                     kinds = ["raw", "waw"]
@@ -59,7 +63,16 @@ def find_hazards(tasks: Sequence[Task]) -> list[Hazard]:
                     found.append(Hazard(other_id, task.id, kind, region.buffer, other_param, param))
         for region, writes, param, _ in mine:
             accesses.setdefault(region.buffer, []).append((task.id, region, writes, param))
+            if writes:
+                writes_of.setdefault(region.buffer, []).append((task.id, region, writes, param))
     return found
+
+
+def _region(view: View, known: dict[int, Region]) -> Region:
+    region = known.get(id(view))           # the tasks keep their views alive: an id stays its view's
+    if region is None:
+        region = known[id(view)] = view.region()
+    return region
 
 
 def transitive_reduction(n: int, edges: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:

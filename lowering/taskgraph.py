@@ -179,6 +179,8 @@ class TaskGraph:
     attributes: dict[str, Any] = field(default_factory=dict)
     ranks: int = 1
     ir_hash: str = ""
+    # generated kernel functions by kernel (lowering.codegen.kernel_body): not part of the task graph
+    bodies: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self.tasks)

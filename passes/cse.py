@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node
-from dspark_ir.ops.base import format_attr_value
 
 from . import canonicalize
 from .base import Pass, RewriteRecord, Skip, register_pass
@@ -13,6 +13,7 @@ from .rewriting import has_side_effects, is_returned, replace_node
 
 # Canonical forms a merge can break: a dep or join operand that now repeats, or a dep now implied.
 TIDY_RULES = ("join-operands", "canonical-deps")
+_TYPE = attrgetter("type")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class CSE(Pass):
         for node in g.topo_order():
             if node.name not in g.nodes:
                 continue
-            key = node_key(node)
+            key = node_key(g, node)
             first = seen.setdefault(key, node)
             if first is node:
                 continue
@@ -62,7 +63,7 @@ class CSE(Pass):
     def rewrite(self, g: Graph, site) -> RewriteRecord | None:
         if isinstance(site, canonicalize.Site):
             return canonicalize.Canonicalize().rewrite(g, site)
-        if g.nodes.get(site.keep.name) is not site.keep or node_key(site.keep) != node_key(site.node):
+        if g.nodes.get(site.keep.name) is not site.keep or node_key(g, site.keep) != node_key(g, site.node):
             return None
         replace_node(g, site.node, site.keep.results)
         return RewriteRecord("merge", site.node.name, f"same as %{site.keep.name}")
@@ -79,10 +80,9 @@ def _tidy_sites(g: Graph):
                 break
 
 
-def node_key(node: Node) -> tuple:
-    attrs = tuple(sorted((k, format_attr_value(v)) for k, v in node.attrs.items()))
-    return (node.op, tuple(id(v) for v in node.operands), attrs, tuple(sorted(id(v) for v in node.deps)),
-            tuple(str(v.type) for v in node.results))
+def node_key(g: Graph, node: Node) -> tuple:
+    return (node.op, tuple(map(id, node.operands)), g.attr_key(node.attrs), tuple(sorted(map(id, node.deps))),
+            tuple(map(str, map(_TYPE, node.results))))
 
 
 def _blocker(g: Graph, node: Node) -> str:

@@ -1,7 +1,8 @@
 """Instruments: hooks the manager calls around passes (checks, printing, timing, dumps, reproducers).
 
 An instrument implements any of `start(state, g)`, `after_pass(state, run, before, g)` (may raise a
-PassError via `run.fail(...)`), `fail(state, error, g)` and `finish(state, result)`. Checks run before
+PassError via `run.fail(...)`; `before` is None unless the instrument sets `uses_before`), `fail(state, error, g)`
+and `finish(state, result)`. Checks run before
 reports, so a dump never shows a graph that failed a check as if it were fine.
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 
 class Instrument:
+    uses_before = False    # after_pass reads its `before` graph (the manager copies it only for those that do)
+
     def start(self, state: "RunState", g: "Graph") -> None:
         pass
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspark_ir.errors import DsparkError
-from dspark_ir.graph import Graph, Node
-from dspark_ir.ops.base import format_attr_value
+from dspark_ir.graph import Graph
 from dspark_ir.verifier import verify
 
 from . import properties
@@ -27,6 +26,7 @@ from .context import PassContext
 from .driver import Budget, drive
 from .errors import PassError
 from .pipeline import Pipeline
+from .snapshot import Snapshot, node_key
 
 
 @dataclass
@@ -105,10 +105,14 @@ class RunState:
     input: Graph
     budget: Budget
     runs: list[PassRun] = field(default_factory=list)
-    before: Graph | None = None
     failure: PassError | None = None
-    keys: tuple[int, dict] | None = None    # (graph version, node_keys) after the last recorded pass
-    before_version: int = -1
+    snapshot: Snapshot | None = None            # the graph after the last recorded pass
+    before_snapshot: Snapshot | None = None     # the graph before the current pass
+
+    @property
+    def before(self) -> Graph | None:
+        """The graph as it was before the current pass (copied on first use)."""
+        return self.before_snapshot.graph() if self.before_snapshot is not None else None
 
     @property
     def stdout(self):
@@ -137,7 +141,7 @@ class PassManager:
         ctx = self.ctx
         verify(g)  # a bad input is the input's fault, not a pass's
         budget = Budget(ctx.bisect_limit if ctx.bisect_rewrites else None)
-        state = RunState(ctx, self.pipeline, g.clone(), budget)
+        state = RunState(ctx, self.pipeline, g, budget)     # the input is only read: the passes edit a copy
         if ctx.bisect_rewrites and ctx.bisect_limit is not None:
             budget.on_rewrite = lambda n, p, rec: print(f"bisect: rewrite {n} ({p.name}: {rec})", file=state.stderr)
         instruments = build_instruments(ctx)
@@ -165,12 +169,16 @@ class PassManager:
             state.runs.append(run)
             if not self._admit(state, run):
                 continue
-            state.before = graph.clone()
-            state.before_version = graph._version
+            snapshot = state.snapshot
+            if snapshot is None or snapshot.version != graph.version:
+                snapshot = Snapshot.of(graph)
+            snapshot.check()
+            state.snapshot = state.before_snapshot = snapshot
             self._apply(state, run, graph, established)
             t0 = time.perf_counter()
+            before = state.before if any(getattr(inst, "uses_before", True) for inst in instruments) else None
             for inst in instruments:
-                inst.after_pass(state, run, state.before, graph)
+                inst.after_pass(state, run, before, graph)
             run.check_seconds = time.perf_counter() - t0
             _update_properties(established, p, run.changed, run.partial)
 
@@ -211,8 +219,10 @@ class PassManager:
         run.seconds = time.perf_counter() - t0
         run.rewrites, run.skips, run.partial = outcome.rewrites, outcome.skips, outcome.stopped
         run.rewrites_used = state.budget.used
-        state.keys = _record_changes(run, state.before, graph, _keys_of(state.keys, state.before_version))
-        _check_signature(run, state.before, graph)
+        after = Snapshot.of(graph)
+        _record_changes(run, state.before_snapshot, after, len(graph))
+        state.snapshot = after
+        _check_signature(run, state.before_snapshot, after)
 
 
 def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassContext | None = None,
@@ -226,50 +236,30 @@ def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassC
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-def _record_changes(run: PassRun, before: Graph, after: Graph, old: dict | None = None) -> tuple[int, dict]:
-    """Added/removed/modified nodes and the changed bit. `old` may be the node keys of `before` already
-    computed (the previous pass's result); returns (after's version, after's node keys) for the next pass."""
-    old = old if old is not None else node_keys(before)
-    new = node_keys(after)
+def _record_changes(run: PassRun, before: Snapshot, after: Snapshot, nodes_after: int) -> None:
+    """Added/removed/modified nodes and the changed bit."""
+    old, new = before.keys, after.keys
     run.added = [n for n in new if n not in old]
     run.removed = [n for n in old if n not in new]
     run.modified = [n for n in new if n in old and new[n] != old[n]]
-    run.nodes_after = len(after)
+    run.nodes_after = nodes_after
     # the same test as before.structural_key() != after.structural_key(): the node part of the structural
     # key is exactly the node keys by name, the rest is the graph-level part
-    changed = old != new or _graph_key(before) != _graph_key(after)
+    changed = old != new or before.graph_key != after.graph_key
     run.status = "changed" if changed else "no-op"
-    return after._version, new
-
-
-def _keys_of(cached: tuple[int, dict] | None, version: int) -> dict | None:
-    return cached[1] if cached is not None and cached[0] == version else None
-
-
-def _graph_key(g: Graph) -> tuple:
-    params = tuple((p.name, str(p.type), p.inout) for p in g.params)
-    attributes = tuple(sorted((k, format_attr_value(v)) for k, v in g.attributes.items()))
-    return (g.name, tuple(g.symbols.items()), attributes, params, tuple(v.name for v in g.returns))
 
 
 def node_keys(g: Graph) -> dict[str, tuple]:
     """name → everything that defines the node, in print order."""
-    return {n.name: _node_key(n) for n in g.topo_order()}
+    return {n.name: node_key(g, n) for n in g.topo_order()}
 
 
-def _node_key(n: Node) -> tuple:
-    attrs = tuple(sorted((k, format_attr_value(v)) for k, v in n.attrs.items()))
-    return (n.op, tuple(v.name for v in n.operands), tuple((v.name, str(v.type)) for v in n.results), attrs,
-            tuple(v.name for v in n.deps))
-
-
-def _check_signature(run: PassRun, before: Graph, after: Graph) -> None:
-    sig = lambda g: [(p.name, str(p.type), p.inout) for p in g.params]  # noqa: E731
-    if sig(before) != sig(after):
+def _check_signature(run: PassRun, before: Snapshot, after: Snapshot) -> None:
+    if before.signature != after.signature:
         raise run.fail("signature", "changed the graph's parameters")
-    if len(before.returns) != len(after.returns):
+    if before.returns != after.returns:
         raise run.fail("signature", f"changed the number of returned values "
-                                      f"({len(before.returns)} → {len(after.returns)})")
+                                      f"({before.returns} → {after.returns})")
 
 
 def _update_properties(established: set[str], p: Pass, changed: bool, partial: bool) -> None:

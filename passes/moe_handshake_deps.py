@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
@@ -88,29 +89,35 @@ class MoeHandshakeDeps(Pass):
         sites = [s for s in self._wait_sites(g, node) if isinstance(s, Site)]
         if not sites or sites[0].rule != site.rule:
             return None
-        _SWEEP.get(id(g), {}).clear()   # edges and signal links change: recompute from here on
+        _forget_sites(g)   # edges change: the sites seen so far are recomputed from here on
         if site.rule == "anchor-wait":
             return _anchor(g, node)
         return _one_notify(g, node)
 
     # ---- candidates -------------------------------------------------------------------------------------
-    def one_notify_pairs(self, g: Graph) -> list[tuple[Node, Node]]:
-        """(wait, notifier) of every one-notify handshake: still to fold (a signal_wait that one-notify would
-        rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier)."""
-        memo = _SWEEP.get(id(g))
-        if memo is not None and "pairs" in memo:
-            return memo["pairs"]
-        pairs = []
-        for node in g.nodes.values():
-            if node.op == "signal_wait":
-                notifier = g.nodes.get(node.attrs.get("notifier", ""))
-                if any(isinstance(s, Site) and s.rule == "one-notify" for s in self._wait_sites(g, node)):
-                    pairs.append((node, notifier))
-            elif node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
-                pairs += [(node, v.producer) for v in node.deps if _silenced(v.producer, self.barrier_notifiers)]
-        if memo is not None:
-            memo["pairs"] = pairs
-        return pairs
+    # The one-notify handshakes are the (wait, notifier) pairs still to fold (a signal_wait that one-notify
+    # would rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier).
+    def _is_handshake_wait(self, g: Graph, node: Node) -> bool:
+        """Is `node` the wait of a one-notify handshake?"""
+        if node.op == "signal_wait":
+            return self._one_notify_site(g, node)
+        if node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
+            return any(_silenced(v.producer, self.barrier_notifiers) for v in node.deps)
+        return False
+
+    def _is_handshake_notifier(self, g: Graph, node: Node) -> bool:
+        """Is `node` the notifier of a one-notify handshake?"""
+        for wait in _linked(g, node.name):
+            if wait.op == "signal_wait" and self._one_notify_site(g, wait):
+                return True
+        if not _silenced(node, self.barrier_notifiers):
+            return False
+        return any(user.op == "signal_barrier" and user.attrs.get("notifier") == user.name
+                   and any(v.producer is node for v in user.deps)
+                   for r in node.results for user in g.users(r))
+
+    def _one_notify_site(self, g: Graph, wait: Node) -> bool:
+        return any(isinstance(s, Site) and s.rule == "one-notify" for s in self._wait_sites(g, wait))
 
     def _wait_sites(self, g: Graph, wait: Node):
         memo = _SWEEP.get(id(g))
@@ -147,10 +154,10 @@ class MoeHandshakeDeps(Pass):
         if is_waiter(node):
             if self.drop_aer_on_waits:
                 return "a cross-rank wait"
-            if any(wait is node for wait, _ in self.one_notify_pairs(g)):
+            if self._is_handshake_wait(g, node):
                 return "the one-notify wait"
         # a pair's notifier is always of a barrier_notifiers kind (one-notify needs it, _silenced checks it)
-        if node.op in self.barrier_notifiers and any(notifier is node for _, notifier in self.one_notify_pairs(g)):
+        if node.op in self.barrier_notifiers and self._is_handshake_notifier(g, node):
             return "the scatter grid a one-notify wait is gated on"
         gate = next((v.producer for v in node.deps + node.operands
                      if v.type.is_token and v.producer is not None and is_waiter(v.producer)), None)
@@ -177,6 +184,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
     g.replace_uses(wait.result, barrier.result)
     g.remove_node(wait)
     g.rename(barrier.result, wait.name)
+    _relinked(g, wait, barrier)
     names = ", ".join(f"%{v.name}" for v in gates)
     detail = (f"one notify per rank after {names}; expected = {barrier.attrs['expected']}, no AER; "
               f"%{notifier.name} notify_per = none")
@@ -199,11 +207,10 @@ def _one_notify_refusal(g: Graph, wait: Node, notifier: Node) -> str | None:
 
 def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
     """Results of the notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine)."""
-    upstream = _ancestors(g, notifier)
     found = []
-    for name in sorted(upstream):
-        node = g.nodes.get(name)
-        if node is None or node is wait or node.op != "signal_wait":
+    for name in sorted(g.ancestors(notifier) & g.names_of_op("signal_wait")):
+        node = g.nodes[name]
+        if node is wait:
             continue
         other = g.nodes.get(node.attrs.get("notifier", ""))
         if other is not None and other is not node and is_notifier(other) and other.results[0] not in found:
@@ -212,6 +219,29 @@ def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
 
 
 _SWEEP: dict[int, dict] = {}   # id(graph) -> memo, alive during one match() sweep (see match)
+
+
+def _forget_sites(g: Graph) -> None:
+    """Before a rewrite that changes edges: drop the memo of sites (they depend on paths); the signal links
+    stay (`_relinked` keeps them up to date)."""
+    memo = _SWEEP.get(id(g))
+    if memo is not None:
+        linked = memo.get("linked")
+        memo.clear()
+        if linked is not None:
+            memo["linked"] = linked
+
+
+def _relinked(g: Graph, wait: Node, barrier: Node) -> None:
+    """The memo of signal links after one-notify: `wait` went (it named its notifier) and `barrier`, now named
+    like it and last in g.nodes, names itself."""
+    linked = _SWEEP.get(id(g), {}).get("linked")
+    if linked is None:
+        return
+    name = wait.attrs.get("notifier")
+    if name in linked:
+        linked[name] = [n for n in linked[name] if n is not wait]
+    linked.setdefault(barrier.attrs["notifier"], []).append(barrier)
 
 
 def _linked(g: Graph, notifier: str) -> list[Node]:
@@ -229,23 +259,6 @@ def _linked(g: Graph, notifier: str) -> list[Node]:
     return memo["linked"].get(notifier, [])
 
 
-def _ancestors(g: Graph, node: Node) -> set[str]:
-    """Names of the nodes with a path to `node` over operand and deps edges: nx.ancestors on
-    g.to_networkx() (edges from producers that are nodes of g), without building the networkx graph."""
-    seen: set[str] = set()
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        for v in (*cur.operands, *cur.deps):
-            p = v.producer
-            if p is None or p.name in seen or p.name not in g.nodes:
-                continue
-            seen.add(p.name)
-            stack.append(g.nodes[p.name])
-    seen.discard(node.name)
-    return seen
-
-
 def _is_ancestor(g: Graph, a: Node, b: Node) -> bool:
     """Is `a` an ancestor of `b` (a path a → … → b)? `a.name in nx.ancestors(g.to_networkx(), b.name)`."""
     return g.reaches(a, b)
@@ -257,5 +270,4 @@ def _silenced(node: Node | None, kinds: tuple[str, ...]) -> bool:
 
 
 def _by_name(values: list) -> list:
-    unique = list({id(v): v for v in values}.values())
-    return sorted(unique, key=lambda v: v.name)
+    return sorted(dict.fromkeys(values), key=attrgetter("name"))     # values hash by identity

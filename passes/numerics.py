@@ -14,6 +14,8 @@ from .instruments import Instrument
 
 
 class NumericsCheck(Instrument):
+    uses_before = True
+
     def start(self, state, g):
         self.seed = state.ctx.seed
         self.inputs = sample_inputs(g, self.seed)

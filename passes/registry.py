@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 INFRASTRUCTURE = frozenset({
     "base", "bisect", "context", "contracts", "defaults", "driver", "dumps", "errors", "html", "instruments",
     "manager", "numerics", "options", "pipeline", "properties", "registry", "replay", "reproducer", "rewriting",
+    "snapshot",
 })
 
 _REGISTRY: dict[str, type["Pass"]] = {}

@@ -1,9 +1,13 @@
 """Small graph-editing helpers for pass authors (pure functions over dspark_ir.Graph)."""
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Sequence
 
 from dspark_ir.graph import Graph, Node, Value
+
+
+_PRODUCER = attrgetter("producer")
 
 
 def writes_in_place(node: Node) -> bool:
@@ -24,11 +28,11 @@ def has_side_effects(node: Node) -> bool:
 
 
 def is_returned(g: Graph, node: Node) -> bool:
-    return any(v.producer is node for v in g.returns)
+    return node in map(_PRODUCER, g.returns)        # nodes compare by identity
 
 
 def is_dead(g: Graph, node: Node) -> bool:
-    return not is_returned(g, node) and not any(g.users(v) for v in node.results)
+    return not any(g.users(v) for v in node.results) and not is_returned(g, node)
 
 
 def replace_node(g: Graph, node: Node, values: Sequence[Value]) -> None:

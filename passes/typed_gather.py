@@ -1,7 +1,9 @@
 """typed-gather: consumers of an all-to-all / all-gather read the exchange window; the copy-out wave goes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from operator import attrgetter, lt
 
 from dspark_ir.graph import Graph, Node, Value
 
@@ -11,6 +13,7 @@ from .rewriting import is_returned, set_deps
 
 COPY_OUT, RELEASE = "window_copy_out", "window_release"
 VIEW_OPS = frozenset({"slice", "reshape"})   # pure views (no task): their readers are the real readers
+_NAME = attrgetter("name")
 
 
 @register_pass
@@ -46,6 +49,7 @@ class TypedGather(Pass):
     contract = BITWISE
 
     def match(self, g: Graph):
+        sweep = _Sweep()
         for node in g.topo_order():
             if node.op != COPY_OUT:
                 continue
@@ -53,11 +57,13 @@ class TypedGather(Pass):
             if reason is not None:
                 yield Skip(node.name, reason)
                 continue
-            yield node
+            yield _Site(node, sweep)
 
-    def rewrite(self, g: Graph, copy: Node) -> RewriteRecord | None:
+    def rewrite(self, g: Graph, site: "_Site | Node") -> RewriteRecord | None:
+        copy, sweep = (site.node, site.sweep) if isinstance(site, _Site) else (site, _Sweep())
         if _refusal(g, copy) is not None:
             return None
+        sweep.start(g, copy)
         window = copy.operands[0]
         exchange = window.producer
         view = _rows_view(g, copy, window, exchange)
@@ -72,7 +78,9 @@ class TypedGather(Pass):
         release = g.add_op(RELEASE, [window], names=g.fresh_name(exchange.name + ".release"),
                            deps=_sorted_unique([u.results[0] for u in last]), near=copy)
         g.remove_node(copy)
-        later = _order_after(g, release)
+        sweep.edited(copy, [view.producer] if view is not window else [], release)
+        later = _order_after(g, release, sweep)
+        sweep.finish(g, later)
         rows = f"%{view.name}" if view is not window else "the whole window"
         before = f", before {', '.join('%' + n.name for n in later)}" if later else ""
         return RewriteRecord("typed-view", copy.name,
@@ -101,35 +109,89 @@ def meets_peers(node: Node) -> bool:
                 and getattr(opdef, "wait_operand", None) is None)
 
 
-def _order_after(g: Graph, release: Node) -> list[Node]:
+def _order_after(g: Graph, release: Node, sweep: "_Sweep") -> list[Node]:
     """Give every rendezvous collective that is not already ordered around the release a dep on it: every rank must
     meet its peers in the same collective order, else two ranks each hold their cores at a different rendezvous
     and wait for the other (a deadlock). Returns the nodes that got the edge."""
-    ordered = _reach(g, release, up=True) | _reach(g, release, up=False) | {release.name}
-    later = g.in_topo_order([n for n in g.nodes.values() if n.name not in ordered and meets_peers(n)])
+    up, down = g.ancestors(release), _descendants(g, release)
+    unordered = [n for n in sweep.peers if n.name not in up and n.name not in down and n.name != release.name]
+    later = g.in_topo_order(unordered, sweep.chained)
     for node in later:
-        _add_deps(g, node, [release.result])
+        sweep.add_dep(g, node, release.result)
     return later
 
 
-def _reach(g: Graph, start: Node, up: bool) -> set[str]:
-    """nx.ancestors (up) / nx.descendants of `start` on g.to_networkx(), by walking operands+deps
-    (up) or users (down) without building the networkx graph."""
+def _descendants(g: Graph, start: Node) -> set[str]:
+    """nx.descendants of `start` on g.to_networkx(), by walking users without building the networkx graph."""
     seen: set[str] = set()
     stack = [start]
     while stack:
         cur = stack.pop()
-        if up:
-            nxt = [v.producer for v in (*cur.operands, *cur.deps)
-                   if v.producer is not None and v.producer.name in g.nodes]
-        else:
-            nxt = [u for v in cur.results for u in g.users(v)]
-        for n in nxt:
+        for n in [u for v in cur.results for u in g.users(v)]:
             if n.name not in seen:
                 seen.add(n.name)
                 stack.append(g.nodes[n.name])
     seen.discard(start.name)
     return seen
+
+
+@dataclass(eq=False)
+class _Sweep:
+    """What one match() sweep keeps between its rewrites, while only this pass edits the graph (the graph version
+    says): the rendezvous collectives (a rewrite removes its copy and may add a release), and the pairs of them
+    found chained when ordering the last release (see Graph.in_topo_order's `known`): the next release's later
+    collectives are mostly the same chain, so it is not walked again."""
+
+    version: int = -1
+    peers: list[Node] = field(default_factory=list)      # in g.nodes order
+    later: list[Node] = field(default_factory=list)      # the last release's later collectives, in order
+    chained: dict = field(default_factory=dict)          # pairs of consecutive ones found chained
+    dep_names: dict[Node, tuple] = field(default_factory=dict)   # node → (its deps list, their sorted names)
+
+    def start(self, g: Graph, copy: Node) -> None:
+        """Before rewriting `copy`. A rewrite removes only edges at its copy, so a chained pair stays chained
+        unless the copy may lie on its path: not when the pair comes after the copy in the last order (a path
+        from it to the copy would have put it before; the release edges added since start at a node it does
+        not reach)."""
+        if g.version != self.version:
+            self.peers, self.later = [n for n in g.nodes.values() if meets_peers(n)], []
+            self.chained, self.dep_names = {}, {}
+        at = next((i for i, n in enumerate(self.later) if n is copy), len(self.later))
+        for a, b in zip(self.later[:at + 1], self.later[1:at + 2]):      # the pairs up to the one after the copy
+            key = (id(a), id(b))
+            if key in self.chained and (b is copy or a is copy or (g.reaches(a, copy) and g.reaches(copy, b))):
+                del self.chained[key]
+
+    def edited(self, copy: Node, views: list[Node], release: Node) -> None:
+        """The rewrite removed `copy` and added `views` and then `release` (at the end of g.nodes)."""
+        self.peers = [n for n in self.peers if n is not copy] + [n for n in (*views, release) if meets_peers(n)]
+
+    def add_dep(self, g: Graph, node: Node, value: Value) -> None:
+        """_add_deps(g, node, [value]), keeping the names of the node's deps: a collective gets a dep from every
+        release before it, so later ones have many."""
+        known = self.dep_names.get(node)
+        if known is None or known[0] is not node.deps:
+            names = list(map(_NAME, node.deps))
+            known = (node.deps, names if all(map(lt, names, names[1:])) else None)   # sorted and unique?
+        names = known[1]
+        i = bisect_left(names, value.name) if names is not None else 0
+        if names is None or (i < len(names) and names[i] == value.name):
+            _add_deps(g, node, [value])
+            self.dep_names.pop(node, None)
+            return
+        g.insert_dep(node, i, value)       # where its name sorts: the deps stay sorted and unique
+        self.dep_names[node] = (node.deps, names[:i] + [value.name] + names[i:])
+
+    def finish(self, g: Graph, later: list[Node]) -> None:
+        pairs = {(id(a), id(b)) for a, b in zip(later, later[1:])}
+        self.chained = {k: v for k, v in self.chained.items() if k in pairs}
+        self.later, self.version = later, g.version
+
+
+@dataclass(frozen=True, eq=False)
+class _Site:
+    node: Node
+    sweep: _Sweep
 
 
 def _refusal(g: Graph, copy: Node) -> str | None:
@@ -173,4 +235,4 @@ def _add_deps(g: Graph, node: Node, extra: list[Value]) -> None:
 
 
 def _sorted_unique(values: list[Value]) -> list[Value]:
-    return sorted({id(v): v for v in values}.values(), key=lambda v: v.name)
+    return sorted(dict.fromkeys(values), key=_NAME)     # values hash by identity

@@ -5,11 +5,12 @@
 
 Each case starts from the graph's .dsir text (printed once, untimed) and times, best of `repeat` runs (CPU
 seconds of this process by default, so other load on a shared machine does not count; `cpu=False` for wall):
-  parse     `parse_graph(text)` (lark grammar + verifier of the parsed graph)
+  parse     `parse_graph(text)` (the printer's layout read by dspark_ir/text/fastparse.py, else the lark grammar)
   passes    `run_pipeline` with the default pipeline (`ctx_factory` gives the PassContext; the CLI's default
             verifies once at the end, `--verify-each` after every pass)
   lowering  `build_task_graph` (buffers, views, hazards, deps, transitive reduction)
-  codegen   `kernel_module` for every kernel task + `orchestrate_source` (the pypto files `dspark lower` writes)
+  codegen   `kernel_module` for every kernel task + `orchestrate_source` (the pypto files `dspark lower` writes;
+            a kernel the layers repeat is generated once per task graph and renamed, see lowering/codegen.py)
 Cases: each attention layer kind alone, one decoder layer (CSA attention + MoE), the full model
 (`perf.model.model_graph`: 43 decoder layers, attention + MoE each) and the model twice over (86 layers).
 The ratios (full / one decoder layer, doubled / full) are computed from the same run, so machine load

@@ -88,13 +88,16 @@ def _coerce(name: str, spec: Attr, value: Any) -> Any:
         if kind in ("ints", "dims", "floats"):
             if not isinstance(value, (list, tuple)):
                 raise TypeError
-            item = {"ints": "int", "dims": "dim", "floats": "float"}[kind]
-            return tuple(_coerce(name, Attr(item), v) for v in value)
+            item = _ITEM_SPECS[kind]
+            return tuple(_coerce(name, item, v) for v in value)
     except ShapeError:
         raise
     except (TypeError, ValueError):
         pass
     raise ShapeError(f"attribute '{name}' expects {kind}, got {format_attr_value(value)}")
+
+
+_ITEM_SPECS = {"ints": Attr("int"), "dims": Attr("dim"), "floats": Attr("float")}
 
 
 def _as_int(value: Any) -> int:
@@ -130,6 +133,8 @@ def _ident(value: Any) -> str:
 
 def format_attr_value(value: Any) -> str:
     """Canonical text of an attribute value (used by the printer and in messages)."""
+    if type(value) is int:
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

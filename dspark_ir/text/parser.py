@@ -14,6 +14,7 @@ from ..errors import DsparkError, ParseError, did_you_mean
 from ..graph import Graph, Module, Node, Value
 from ..ops import OP_REGISTRY, get_op, load_all
 from ..types import TOKEN, TensorType, dtype
+from .fastparse import Unsupported, parse_fast
 
 GRAMMAR = Path(__file__).with_name("dsir.lark")
 
@@ -55,8 +56,12 @@ def parse_module(text: str, filename: str = "<input>") -> Module:
     from ..gctools import paused_gc
 
     with paused_gc():                     # no result depends on it: see dspark_ir/gctools.py
-        tree = _parse_tree(text, filename, "start")
         load_all()
+        try:
+            return Module(parse_fast(text, filename))
+        except Unsupported:               # other layouts, and every error: the grammar decides
+            pass
+        tree = _parse_tree(text, filename, "start")
         return Module([_GraphBuilder(filename).build(t) for t in tree.children])
 
 

@@ -34,3 +34,58 @@ def test_cli(tmp_path, capsys):
     assert main(["bench", "--config", "tiny", "--repeat", "1", "--no-kinds", "--no-doubled", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "model / decoder layer" in text and out.is_file()
+
+
+# ---- the shortcuts the compile speed rests on give what the plain way gives ----------------------------------
+def _compiled(config: str):
+    from lowering import build_task_graph
+    from passes import PassContext, run_pipeline
+
+    result = run_pipeline(model_graph(config), ctx=PassContext(use_env=False, verify_each=False))
+    return result.graph, build_task_graph(result.graph)
+
+
+def _described(g) -> list:
+    rows = [(g.name, g.loc, list(g.symbols.items()), repr(g.attributes), list(g.values),
+             [(p.name, str(p.type), p.inout) for p in g.params], [v.name for v in g.returns], g._next_seq)]
+    for n in g.nodes.values():
+        rows.append((n.name, n.op, n.loc, n.seq, repr(n.attrs), [v.name for v in n.operands],
+                     [v.name for v in n.deps], [(v.name, repr(v.type), v.index) for v in n.results]))
+    return rows
+
+
+def test_fast_parse_builds_what_the_grammar_builds():
+    import pytest
+
+    from dspark_ir import print_graph
+    from dspark_ir.text import parser
+    from dspark_ir.text.fastparse import Unsupported, parse_fast
+
+    text = "# a header comment\n" + print_graph(model_graph("tiny"))
+    fast = parse_fast(text, "m.dsir")
+    grammar = [parser._GraphBuilder("m.dsir").build(t) for t in parser._parse_tree(text, "m.dsir", "start").children]
+    assert [_described(g) for g in fast] == [_described(g) for g in grammar]
+    for other in (text.replace(" : ", " # a comment inside a statement\n : ", 1),   # not the printer's layout
+                  text.replace("= rmsnorm(", "= rmsnrom(", 1),                        # an error: the grammar words it
+                  text.replace("}\n", "", 1)):
+        with pytest.raises(Unsupported):
+            parse_fast(other, "m.dsir")
+
+
+def test_snapshot_graph_is_the_clone():
+    from dspark_ir import print_graph
+    from passes.snapshot import Snapshot
+
+    g, _ = _compiled("tiny")
+    snapshot = Snapshot.of(g)
+    assert _described(snapshot.graph()) == _described(g.clone())
+    assert print_graph(snapshot.graph()) == print_graph(g)
+
+
+def test_repeated_kernels_are_renamed_copies():
+    from lowering.codegen import kernel_body, kernel_module
+
+    _, tg = _compiled("tiny")
+    for t in tg.kernels:
+        assert kernel_module(t, tg).endswith(kernel_body(t) or "")
+    assert 0 < len(tg.bodies) < len(tg.kernels)
