@@ -203,18 +203,21 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
 
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above. The data-dependent
-# parts (positions, ring tables, slot mappings) use one pypto 0.2.0 idiom, verified on CPU (full mode, pass-verify
-# clean): int32 inputs are read as runtime scalars (`positions[t]`, `table[b, i]`: GetTensorData), scalar
-# arithmetic (+ − * // % == < >= pypto.min/max) gives row offsets for `pypto.view` / `pypto.assemble`, and a
-# `pypto.loop` body writes a row only `if <scalar> >= 0` (slot −1 / unmapped page skipped; iterations in token
-# order, so later tokens win). A scalar becomes a tensor (for masks) as a view of a local f32 ramp arange(n) at
-# that offset: `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0).
+# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above. Two pypto 0.2.0
+# idioms for the data-dependent parts (positions, ring tables, slot mappings), both verified on CPU (full mode,
+# pass-verify clean):
+# * runtime scalars: int32 inputs read as scalars (`positions[t]`, `table[b, i]`: GetTensorData), scalar
+#   arithmetic (+ − * // % == < >= pypto.min/max) giving row offsets for `pypto.view` / `pypto.assemble`, and a
+#   `pypto.loop` body that writes a row only `if <scalar> >= 0` (the cache writes: a few rows per step);
+# * vector index arithmetic: positions and tables as f32 tensors (exact integers < 2^23), floors as
+#   trunc((x + ½)/d), table lookups by `pypto.gather`, rows read by `index_select` and written by one
+#   `scatter_update` (cmp_scatter_softmax_pool: every token and request at once, so a handful of large tasks
+#   instead of a few per token).
+# `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0), and a view of a local tensor at a
+# loop-variable offset is copied piecewise (tens of tasks): neither is used for masks.
 # Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
 # import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
 # data movement).
-import math  # noqa: E402
-
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
 from .qkv import _PtoBlock, _pto_inv_rms, _pto_rope, _pto_scope, _pto_set_tile  # noqa: E402
 
@@ -233,15 +236,6 @@ def _pto_ramp(src: Src, n: int, name: str = "ramp") -> None:
     """`name` = f32 [n] holding 0 … n−1 (1-D: a reshaped arange trips InferParamIndex's pass-verify)."""
     _pto_set_tile(src, [max(8, min(n, 4096))])
     src(f"{name} = pypto.cast(pypto.arange({n}), pypto.DT_FP32)")
-
-
-def _pto_row_of(src: Src, ramp: str, value: str, name: str, width: int) -> None:
-    """`name` = f32 [1, width] filled with the runtime scalar `value` (0 ≤ value < len(ramp)): the ramp's element at
-    that offset, broadcast along the row. Leaves a [1, width] tile set."""
-    _pto_set_tile(src, [8])
-    src(f"{name}_s = pypto.view({ramp}, [1], [{value}])")
-    _pto_set_tile(src, vec_tile((1, width), 4))
-    src(f"{name} = pypto.add(pypto.full([1, {width}], 0.0, pypto.DT_FP32), pypto.reshape({name}_s, [1, 1]))")
 
 
 def _pto_cols_of(src: Src, ramp: str, start: str, width: int, name: str) -> None:
@@ -352,86 +346,203 @@ def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_I32 = "pypto.DT_INT32, pypto.CastMode.CAST_RINT"
+
+
+def _pto_floor(x: str, d: int, signed: bool = False) -> str:
+    """floor(x / d) of an integer-valued f32 tensor x (x ≥ 0, or x ≥ −2^20 when `signed`): trunc((x + ½) / d),
+    exact even under an approximate division (the quotient stays ½/d away from an integer); a signed x is shifted
+    by a multiple of d first. Values stay below 2^23."""
+    off = -(-(1 << 20) // d) if signed else 0
+    shifted = f"pypto.add({x}, {float(off * d) + 0.5!r})"
+    q = (f"pypto.cast(pypto.cast(pypto.div({shifted}, {float(d)!r}), pypto.DT_INT32, pypto.CastMode.CAST_TRUNC), "
+         "pypto.DT_FP32)")
+    return f"pypto.sub({q}, {float(off)!r})" if off else q
+
+
+def _pto_arange(src: Src, n: int, name: str) -> None:
+    """`name` = f32 [1, n] holding 0 … n−1 (built under a 1-D tile: a rank-2 tile mis-lowers arange)."""
+    _pto_set_tile(src, [max(8, min(n, 4096))])
+    src(f"{name}1 = pypto.cast(pypto.arange({n}), pypto.DT_FP32)")
+    _pto_set_tile(src, vec_tile((1, n), 4))
+    src(f"{name} = pypto.reshape({name}1, [1, {n}])")
+
+
 def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
-    """Scatter: for t in token order, row = ring_row(table[t // seq], pos[t]) and, if mapped, state[row] =
-    [kv[t] | score[t] + ape[pos % r]] (assembled into the state output). Pool: per request, the pooling token's
-    window read back from the written state in segments of g = gcd(r, BS) rows (each inside one page); a missing
-    segment (pos < 0, unmapped page) reads kv 0 / score FP32_NEG_INF through a where on a ramp mask; then the
-    softmax over the rows per channel and Σ kv·w, both row sums one row after the other like numpy's axis-0 sum
-    (f32, bitwise up to the calculator's exp), 0 without an entry."""
-    kv, sc, ape, _state_in, table, pos = spec.operands
+    """Vectorised over tokens and requests (static T), integer arithmetic in f32 (< 2^23, exact).
+
+    Scatter: row(t) = table[t // seq, (max(pos,0) // BS) % pages]·BS + max(pos,0) % BS (the table column by
+    `pypto.gather` on the token's table row), valid iff pos ≥ 0 and the page is mapped. "Later tokens win" and
+    "−1 skipped" are made order-free for ONE `scatter_update`: token t writes the row of its winner w(t) = the
+    last valid token with the same row (amax over a [T, T] match matrix), so duplicate rows carry identical data;
+    an invalid token writes row 0 with row 0's final content (its winner's, else state_in[0]). The written state
+    is then read back for the pool.
+    Pool: per request, the pooling token (first with (pos+1) % r == 0: amin of the flagged token indices), its
+    entry j = floor(pos / r) and the window positions give [B, rows] physical rows (the page by `pypto.gather`
+    on the request's table row) and a validity mask; the window is `index_select`ed from the state per half
+    (ratio-4 overlap: the front and back column halves) into [B, rows, HD], masked (kv 0 / score FP32_NEG_INF),
+    and pooled for all requests at once: softmax over the rows per channel, then Σ kv·w; both row sums run row
+    after row like numpy's axis-0 sum (bitwise up to the calculator's exp); 0 without an entry."""
+    spec = spec.static()
+    kv, sc, ape, state_in, table, pos = spec.operands
+    state, pooled = spec.results
+    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
+    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+    t_n, out_dim = kv.shape
+    width = state.shape[1]
+    batch, pages = table.shape
+    rows = (2 if overlap else 1) * ratio
+    col = [t_n, 8]
+    src = Src(spec.signature())
+    # ---- per token: its state row, validity and winner
+    _pto_set_tile(src, [max(t_n, 8)])
+    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
+    _pto_set_tile(src, col)
+    src(f"pf = pypto.reshape(pf1, [{t_n}, 1])")
+    src("pc = pypto.maximum(pf, 0.0)")
+    src(f"pq = {_pto_floor('pc', bs)}")
+    src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
+    src(f"prem = pypto.sub(pc, pypto.mul(pq, {float(bs)!r}))")
+    src(f"amod = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
+    _pto_set_tile(src, [batch, max(pages, 8)])
+    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
+    _pto_set_tile(src, [batch, seq, max(pages, 8)])
+    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{batch}, 1, {pages}]), [{batch}, {seq}, {pages}])")
+    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
+    _pto_set_tile(src, col)
+    src(f"pg = pypto.gather(tbt, 1, pypto.cast(pcol, {_PTO_I32}))")
+    src("okt = pypto.where(pypto.ge(pf, 0.0), pypto.where(pypto.ge(pg, 0.0), 1.0, 0.0), 0.0)")
+    src(f"row = pypto.add(pypto.mul(pg, {float(bs)!r}), prem)")
+    src("rowv = pypto.where(pypto.ge(okt, 0.5), row, -1.0)")
+    src("eff = pypto.where(pypto.ge(okt, 0.5), row, 0.0)")
+    _pto_arange(src, t_n, "tid")
+    sq = vec_tile((t_n, t_n), 4)
+    _pto_set_tile(src, sq)
+    src(f"me = pypto.eq(pypto.expand_clone(eff, [{t_n}, {t_n}]), "
+        f"pypto.expand_clone(pypto.reshape(rowv, [1, {t_n}]), [{t_n}, {t_n}]))")
+    src(f"cand = pypto.where(me, pypto.expand_clone(tid, [{t_n}, {t_n}]), -1.0)")
+    src("win = pypto.amax(cand, -1, keepdim=True)")
+    _pto_set_tile(src, col)
+    src(f"widx = pypto.cast(pypto.where(pypto.ge(win, 0.0), win, {float(t_n)!r}), {_PTO_I32})")
+    src(f"arow = pypto.cast(amod, {_PTO_I32})")
+    wide = vec_tile((t_n, out_dim), 4, 32 * 1024)
+    _pto_set_tile(src, wide)
+    src(f"apr = pypto.index_select({ape.name}, 0, pypto.reshape(arow, [{t_n}]))")
+    src(f"scr = pypto.add({sc.name}, apr)")
+    _pto_set_tile(src, vec_tile((t_n + 1, width), 4, 64 * 1024))
+    src(f"rd = pypto.concat([{kv.name}, scr], -1)")
+    src(f"srcs = pypto.concat([rd, pypto.view({state_in.name}, [1, {width}], [0, 0])], 0)")
+    src(f"data = pypto.index_select(srcs, 0, pypto.reshape(widx, [{t_n}]))")
+    _pto_set_tile(src, col)
+    src(f"ridx = pypto.reshape(pypto.cast(eff, {_PTO_I32}), [1, {t_n}])")
+    # A scatter_update tile spans whole rows and is staged through UB, and one whose source rows span several
+    # tiles keeps only one tile's rows after ExpandFunction (pass-verify FAILS): chained calls of ≤ 64 KiB of
+    # rows, each source in one tile (duplicates carry identical data, so the chunking cannot reorder a result).
+    chunk = max(1, min(t_n, (64 * 1024) // (width * 4)))
+    cur = state.name  # in place: the state output starts as state_in (the caller passes one buffer)
+    for a in range(0, t_n, chunk):
+        n = min(chunk, t_n - a)
+        _pto_set_tile(src, [1, max(n, 8)])
+        src(f"ri = pypto.view(ridx, [1, {n}], [0, {a}])")
+        _pto_set_tile(src, [n, width])
+        call = f"pypto.scatter_update({cur}, -2, ri, pypto.view(data, [{n}, {width}], [{a}, 0]))"
+        if a + n < t_n:
+            src(f"st{a} = {call}")
+            cur = f"st{a}"
+        else:
+            src(f"{state.name}[:] = {call}")
+    _pto_pool_windows(src, spec)
+    return src.text()
+
+
+def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
+    """The pool of every request at once (see pypto_cmp_scatter_softmax_pool), after the scatter: reads its
+    `pf1` (f32 positions [T]), `tbf` (f32 table [B, pages]) and the written state."""
+    kv, _sc, _ape, _state_in, table, pos = spec.operands
     state, pooled = spec.results
     ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
     overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
     out_dim = kv.shape[1]
     batch, pages = table.shape
     rows = (2 if overlap else 1) * ratio
-    seg = math.gcd(ratio, bs)
-    src = Src(spec.signature())
-    # scatter every token's state row
-    src(f"tokens = {pos.name}.shape[0]" if pos.is_dynamic(0) else f"tokens = {pos.shape[0]}")
-    _pto_tile(src, (1, out_dim))
-    with src.block('for t in pypto.loop(0, tokens, 1, name="scatter_loop", idx_name="t"):'):
-        src(f"p = {pos.name}[t]")
-        src("pc = pypto.max(p, 0)")
-        src(f"pg = {table.name}[t // {seq}, (pc // {bs}) % {pages}]")
-        with src.block("if pypto.min(pg, p) >= 0:"):
-            src(f"row = pg * {bs} + pc % {bs}")
-            src(f"kvr = pypto.clone(pypto.view({kv.name}, [1, {out_dim}], [t, 0]))")
-            src(f"pypto.assemble(kvr, [row, 0], {state.name})")
-            src(f"scr = pypto.add(pypto.view({sc.name}, [1, {out_dim}], [t, 0]), "
-                f"pypto.view({ape.name}, [1, {out_dim}], [pc % {ratio}, 0]))")
-            src(f"pypto.assemble(scr, [row, {out_dim}], {state.name})")
-    # pool each request's entry from the written state
-    _pto_ramp(src, 8)
-    seg_tile = vec_tile((seg, hd), 4)
-    win_tile = [rows, max(8, min(hd, 4096 // rows))]
-    with src.block(f'for b in pypto.loop(0, {batch}, 1, name="pool_loop", idx_name="b"):'):
-        _pto_scope(src, 1)  # the whole pooling chain of a request: one fused vector subgraph
-        has, _tsel, psel = _pto_pool_token(src, pos.name, "b", seq, ratio)
-        src(f"j = {_pto_floordiv(psel, ratio)}")
-        kvs, scs = [], []
-        for i in range(rows // seg):
-            front = overlap and i * seg < ratio
-            kv_col = hd if overlap and not front else 0
-            start = f"{ratio} * j - {ratio if overlap else 0} + {i * seg}"
-            src(f"s{i} = {start}")
-            src(f"c{i} = pypto.max(s{i}, 0)")
-            src(f"g{i} = {table.name}[b, (c{i} // {bs}) % {pages}]")
-            src(f"r{i} = pypto.max(g{i}, 0) * {bs} + c{i} % {bs}")
-            src(f"ok{i} = {has} * (s{i} >= 0) * (g{i} >= 0)")
-            _pto_row_of(src, "ramp", f"ok{i}", f"o{i}", hd)
-            _pto_set_tile(src, seg_tile)
-            src(f"m{i} = pypto.ge(pypto.add(pypto.full([{seg}, {hd}], 0.0, pypto.DT_FP32), o{i}), 0.5)")
-            src(f"kv{i} = pypto.where(m{i}, pypto.view({state.name}, [{seg}, {hd}], [r{i}, {kv_col}]), 0.0)")
-            src(f"sc{i} = pypto.where(m{i}, pypto.view({state.name}, [{seg}, {hd}], [r{i}, {out_dim + kv_col}]), "
-                f"{_PTO_NEG!r})")
-            kvs.append(f"kv{i}")
-            scs.append(f"sc{i}")
-        _pto_set_tile(src, win_tile)
-        src(f"kw = {kvs[0] if len(kvs) == 1 else 'pypto.concat([' + ', '.join(kvs) + '], 0)'}")
-        src(f"sw = {scs[0] if len(scs) == 1 else 'pypto.concat([' + ', '.join(scs) + '], 0)'}")
-        src("mx = pypto.amax(sw, 0, keepdim=True)")
-        src("ex = pypto.exp(pypto.sub(sw, mx))")
-        _pto_row_sum(src, "ex", rows, hd, "den", win_tile)
-        src("kwm = pypto.mul(kw, pypto.div(ex, den))")
-        _pto_row_sum(src, "kwm", rows, hd, "pw", win_tile)
-        _pto_row_of(src, "ramp", has, "hr", hd)
-        src("hm = pypto.ge(hr, 0.5)")
-        src("pr = pypto.where(hm, pw, 0.0)")
-        src(f"pypto.assemble(pr, [b, 0], {pooled.name})")
-        _pto_scope(src, -1)
-    return src.text()
+    # ---- per request: pooling token, entry, window rows
+    _pto_set_tile(src, [batch, max(seq, 8)])
+    src(f"pb = pypto.reshape(pf1, [{batch}, {seq}])")
+    src("m1 = pypto.add(pb, 1.0)")
+    src(f"fl = pypto.sub(m1, pypto.mul({_pto_floor('m1', ratio, signed=True)}, {float(ratio)!r}))")
+    _pto_arange(src, seq, "si")
+    _pto_set_tile(src, [batch, max(seq, 8)])
+    src(f"six = pypto.expand_clone(si, [{batch}, {seq}])")
+    src(f"sel = pypto.amin(pypto.where(pypto.eq(fl, 0.0), six, {float(seq)!r}), -1, keepdim=True)")
+    src(f"psel = pypto.sum(pypto.where(pypto.eq(six, pypto.expand_clone(sel, [{batch}, {seq}])), pb, 0.0), -1, "
+        "keepdim=True)")
+    _pto_set_tile(src, [batch, 8])
+    src(f"has = pypto.where(pypto.lt(sel, {float(seq)!r}), 1.0, 0.0)")
+    src(f"j0 = pypto.sub(pypto.mul({_pto_floor('psel', ratio, signed=True)}, {float(ratio)!r}), "
+        f"{float(ratio if overlap else 0)!r})")
+    _pto_arange(src, rows, "wi")
+    bw = [batch, max(rows, 8)]
+    _pto_set_tile(src, bw)
+    src(f"ws = pypto.add(pypto.expand_clone(j0, [{batch}, {rows}]), pypto.expand_clone(wi, [{batch}, {rows}]))")
+    src("wc = pypto.maximum(ws, 0.0)")
+    src(f"wq = {_pto_floor('wc', bs)}")
+    src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
+    src(f"wpg = pypto.gather(tbf, 1, pypto.cast(wcol, {_PTO_I32}))")
+    src(f"wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.expand_clone(has, "
+        f"[{batch}, {rows}]), 0.0), 0.0)")
+    src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
+    src(f"widx2 = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
+    # ---- gather the windows [B, rows, HD] (front / back halves of the ratio-4 overlap)
+    halves = [(0, ratio, 0), (ratio, ratio, hd)] if overlap else [(0, ratio, 0)]
+    kvs, scs = [], []
+    for h, (a, n, c) in enumerate(halves):
+        _pto_set_tile(src, [batch, max(n, 8)])
+        src(f"ix{h} = pypto.view(widx2, [{batch}, {n}], [0, {a}])")
+        _pto_set_tile(src, vec_tile((batch, n, hd), 4, 64 * 1024))
+        src(f"kh{h} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {c}]), 0, ix{h})")
+        src(f"sh{h} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {out_dim + c}]), "
+            f"0, ix{h})")
+        kvs.append(f"kh{h}")
+        scs.append(f"sh{h}")
+    win3 = vec_tile((batch, rows, hd), 4, 64 * 1024)
+    _pto_set_tile(src, win3)
+    src(f"kw = {kvs[0] if len(kvs) == 1 else 'pypto.concat([' + ', '.join(kvs) + '], 1)'}")
+    src(f"sw = {scs[0] if len(scs) == 1 else 'pypto.concat([' + ', '.join(scs) + '], 1)'}")
+    _pto_set_tile(src, [batch, max(rows, 8)])
+    src(f"ok3 = pypto.reshape(wok, [{batch}, {rows}, 1])")
+    # the row max as one reduction (order-free; a chain of `maximum` costs ~20× an add in the cost model), then
+    # two passes over the window rows, one [B, 1, HD] slab per row (each pass one fused subgraph): the softmax
+    # denominator, the weighted sum (the masked scores recomputed per row: storing them costs as much)
+    slab = f"[{batch}, 1, {hd}]"
 
+    def masked(i: int) -> None:
+        src(f"ok_i = pypto.ge(pypto.view(ok3, [{batch}, 1, 1], [0, {i}, 0]), 0.5)")
+        src(f"ms_i = pypto.where(ok_i, pypto.view(sw, {slab}, [0, {i}, 0]), {_PTO_NEG!r})")
 
-def _pto_row_sum(src: Src, x: str, rows: int, width: int, out: str, restore) -> None:
-    """`out` [1, width] = Σ over the rows of x [rows, width] one row after the other: numpy's order for an axis-0
-    sum of a C-contiguous array (bitwise)."""
-    _pto_set_tile(src, vec_tile((1, width), 4))
-    src(f"{out} = pypto.view({x}, [1, {width}], [0, 0])")
-    for i in range(1, rows):
-        src(f"{out} = pypto.add({out}, pypto.view({x}, [1, {width}], [{i}, 0]))")
-    _pto_set_tile(src, restore)
+    _pto_set_tile(src, [1, rows, max(8, min(hd, 8192 // rows))])
+    src(f"mx = pypto.amax(pypto.where(pypto.ge(ok3, 0.5), sw, {_PTO_NEG!r}), 1, keepdim=True)")
+    _pto_set_tile(src, vec_tile((batch, 1, hd), 4, 32 * 1024))
+    _pto_scope(src, 2)
+    for i in range(rows):
+        masked(i)
+        src(f"{'den' if i == 0 else 'ei'} = pypto.exp(pypto.sub(ms_i, mx))")
+        if i:
+            src("den = pypto.add(den, ei)")
+    _pto_scope(src, -1)
+    _pto_scope(src, 3)
+    for i in range(rows):
+        masked(i)
+        src(f"kv_i = pypto.where(ok_i, pypto.view(kw, {slab}, [0, {i}, 0]), 0.0)")
+        src(f"{'pw' if i == 0 else 'ti'} = pypto.mul(kv_i, pypto.div(pypto.exp(pypto.sub(ms_i, mx)), den))")
+        if i:
+            src("pw = pypto.add(pw, ti)")
+    _pto_scope(src, -1)
+    _pto_set_tile(src, [batch, 1, 8])
+    src(f"h3 = pypto.reshape(has, [{batch}, 1, 1])")
+    _pto_set_tile(src, vec_tile((batch, 1, hd), 4))
+    src("pr = pypto.where(pypto.ge(h3, 0.5), pw, 0.0)")
+    _pto_set_tile(src, vec_tile((batch, hd), 4))
+    src(f"pypto.assemble(pypto.reshape(pr, [{batch}, {hd}]), [0, 0], {pooled.name})")
 
 
 def _pto_finish_y(src: Src, spec: KernelSpec, loop: RowLoop, blk: _PtoBlock) -> str:

@@ -154,8 +154,7 @@ def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
 # Templates of the query side, head weights, score and top-k (see kernels/compressor.py's template section for the
 # runtime-scalar idioms and the helpers shared with it).
 from ._pypto import cast_expr, cube_shapes  # noqa: E402
-from .compressor import (_PTO_NEG, _pto_cols_of, _pto_ramp, _pto_row_of, _pto_set_tile, _pto_tile,  # noqa: E402
-                         _PtoBlock)
+from .compressor import _PTO_NEG, _pto_cols_of, _pto_ramp, _pto_set_tile, _pto_tile, _PtoBlock  # noqa: E402
 from .matmul import _pto_split_bounds  # noqa: E402
 
 
@@ -266,14 +265,15 @@ def pypto_idx_q_quant(spec: KernelSpec) -> str:
     qo, so = spec.results
     _, heads, hd = qh.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, qh, max(1, min(64, 8192 // (heads * hd))))
+    loop = RowLoop(src, qh, 8)  # 8 tokens per iteration, tiles of every row and a slice of the heads (32 KiB)
     blk = _PtoBlock(loop, qh)
     br = blk.rows
     with loop.loop():
-        wide = _pto_tile(src, (br, heads, hd))
+        wide = [br, _pto_divisor(heads, max(1, 8192 // (br * hd))), hd]
+        _pto_set_tile(src, wide)
         src(f"x = {loop.view(qh)}")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(x), -1, keepdim=True), 0.0001)")
-        narrow = vec_tile((br, heads, 8), 4)
+        narrow = [br, _pto_divisor(heads, max(1, 8192 // (br * 8))), 8]
         _pto_set_tile(src, narrow)
         src(f"kq = pypto.div(pypto.full([{br}, {heads}, 1], 127.0, pypto.DT_FP32{blk.valid(heads, 1)}), amax)")
         src(f"ks = pypto.div(pypto.full([{br}, {heads}, 1], 1.0, pypto.DT_FP32{blk.valid(heads, 1)}), kq)")
@@ -349,26 +349,44 @@ def _pto_request_block(batch: int, seq: int, rows_cap: int = 32) -> int:
 
 
 def pypto_idx_score(spec: KernelSpec) -> str:
-    """Per block of nb requests and chunk of cp pages: keys = each request's pages of the chunk (int8 → fp16,
-    exact), dots = q [nb, seq·IH, IHD] · keysᵀ as a batched fp16 cube matmul with f32 accumulation (exact: int8
-    products, integer sums < 2^24), then the reference's order: relu(dots · qIs) · w, Σ over heads ascending
-    (bitwise), · k_s; entries at or beyond visible[t] and on unmapped pages (read at page 0, masked) →
-    FP32_NEG_INF; the columns past the table's span → FP32_NEG_INF. (No sg_set_scope here: fusing these
-    full-width chains into one subgraph serialises them, 3× the cost-model cycles.)"""
+    """Per block of nb requests (a pypto.loop) and chunk of cp pages (unrolled: static offsets, the chunks' tasks
+    side by side): the chunk's physical rows max(page, 0)·bs + j as ONE index (the table row's cp pages broadcast
+    over bs plus a column ramp) for an index_select of the keys (int8 → fp16, exact) and of the key scales
+    (kscale viewed [pages, bs], gathered by page), dots = q [nb, seq·IH, IHD] · keysᵀ as a fp16 cube matmul with
+    f32 accumulation (exact: int8 products, integer sums < 2^24), then the reference's order: relu(dots · qIs) ·
+    w, Σ over heads ascending (bitwise), · k_s; entries at or beyond visible[t] (the chunk's column numbers are
+    static aranges: a view of a ramp at a loop offset is copied piecewise, ~50 tasks per chunk) and on unmapped
+    pages (read at page 0, masked) → FP32_NEG_INF; the columns past the table's span → FP32_NEG_INF. (No
+    sg_set_scope here: fusing these full-width chains into one subgraph serialises them, 3× the cost-model
+    cycles.)"""
     q, qs, w, cache, kscale, table, pos, kv_len = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
     seq, bs, score_len = int(spec.attrs["seq"]), int(spec.attrs["block_size"]), int(spec.attrs["score_len"])
     batch, pages = table.shape
+    n_rows = cache.shape[0]
     span = pages * bs
     if span > score_len:
         raise NotImplementedError(f"idx_score template: table span {span} > score_len {score_len}")
+    if n_rows % bs:
+        raise NotImplementedError(f"idx_score template: {n_rows} cache rows are not whole pages of {bs}")
     nb = _pto_divisor(batch, max(1, 512 // (seq * heads)))
     cp = _pto_divisor(pages, max(1, 512 // (nb * bs)))
     width, rows, tail = cp * bs, nb * seq, score_len - span
     cat = (lambda xs, axis: xs[0] if len(xs) == 1 else f"pypto.concat([{', '.join(xs)}], {axis})")
     src = Src(spec.signature())
-    _pto_ramp(src, score_len + 8)
+    for c in range(pages // cp):
+        _pto_set_tile(src, [max(8, min(width, 4096))])
+        src(f"cl{c} = pypto.reshape(pypto.cast(pypto.arange({c * width}, {(c + 1) * width}), pypto.DT_FP32), "
+            f"[1, {width}])")
+    _pto_set_tile(src, [batch, max(pages, 8)])
+    src(f"tbf = pypto.cast({table.name}, pypto.DT_FP32)")
+    _pto_set_tile(src, [max(8, min(bs, 4096))])
+    src(f"jb1 = pypto.cast(pypto.arange({bs}), pypto.DT_FP32)")
+    _pto_set_tile(src, [cp, max(bs, 8)])
+    src(f"jb = pypto.expand_clone(pypto.reshape(jb1, [1, {bs}]), [{cp}, {bs}])")
+    _pto_set_tile(src, [max(8, min(n_rows // bs, 64)), bs])
+    src(f"ks2 = pypto.reshape({kscale.name}, [{n_rows // bs}, {bs}])")
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
         _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim")
@@ -379,33 +397,27 @@ def pypto_idx_score(spec: KernelSpec) -> str:
         _pto_set_tile(src, vec_tile((rows, heads, 8), 4))
         src(f"qsb = pypto.reshape(pypto.view({qs.name}, [{rows}, {heads}], [t0, 0]), [{rows}, {heads}, 1])")
         src(f"wb = pypto.reshape(pypto.view({w.name}, [{rows}, {heads}], [t0, 0]), [{rows}, {heads}, 1])")
-        with src.block(f'for c in pypto.loop(0, {pages // cp}, 1, name="chunk_loop", idx_name="c"):'):
+        for c in range(pages // cp):
             keys, oks, kss = [], [], []
             for i in range(nb):
-                pk, po, ps = [], [], []
-                for k in range(cp):
-                    tag = f"{i}_{k}"
-                    src(f"pg{tag} = {table.name}[rb * {nb} + {i}, c * {cp} + {k}]")
-                    src(f"pr{tag} = pypto.max(pg{tag}, 0) * {bs}")
-                    _pto_tile(src, (bs, hd), 2)
-                    src(f"kp{tag} = pypto.cast(pypto.view({cache.name}, [{bs}, {hd}], [pr{tag}, 0]), pypto.DT_FP16)")
-                    _pto_row_of(src, "ramp", f"(pg{tag} >= 0)", f"ok{tag}", bs)
-                    _pto_set_tile(src, [max(8, min(bs, 4096))])
-                    src(f"kv{tag} = pypto.view({kscale.name}, [{bs}], [pr{tag}])")
-                    _pto_tile(src, (1, bs))
-                    src(f"ks{tag} = pypto.reshape(kv{tag}, [1, {bs}])")
-                    pk.append(f"kp{tag}")
-                    po.append(f"ok{tag}")
-                    ps.append(f"ks{tag}")
+                _pto_set_tile(src, [1, max(cp, 8)])
+                src(f"pgr{i} = pypto.view(tbf, [1, {cp}], [rb * {nb} + {i}, {c * cp}])")
+                src(f"pgc{i} = pypto.maximum(pgr{i}, 0.0)")
+                src(f"pgi{i} = pypto.reshape(pypto.cast(pgc{i}, pypto.DT_INT32, pypto.CastMode.CAST_RINT), [{cp}])")
+                src(f"oc{i} = pypto.where(pypto.ge(pgr{i}, 0.0), 1.0, 0.0)")
+                _pto_set_tile(src, [cp, max(bs, 8)])
+                src(f"rw{i} = pypto.add(pypto.expand_clone(pypto.reshape(pypto.mul(pgc{i}, {float(bs)!r}), "
+                    f"[{cp}, 1]), [{cp}, {bs}]), jb)")
+                src(f"ok2{i} = pypto.expand_clone(pypto.reshape(oc{i}, [{cp}, 1]), [{cp}, {bs}])")
+                src(f"ri{i} = pypto.reshape(pypto.cast(rw{i}, pypto.DT_INT32, pypto.CastMode.CAST_RINT), [{width}])")
                 _pto_tile(src, (width, hd), 2)
-                src(f"kc{i} = {cat(pk, 0)}")
-                _pto_tile(src, (1, width, hd), 2)
-                src(f"kr{i} = pypto.reshape(kc{i}, [1, {width}, {hd}])")
-                _pto_tile(src, (1, width))
-                src(f"oc{i} = {cat(po, -1)}")
-                src(f"sc{i} = {cat(ps, -1)}")
+                src(f"kr{i} = pypto.reshape(pypto.cast(pypto.index_select({cache.name}, 0, ri{i}), pypto.DT_FP16), "
+                    f"[1, {width}, {hd}])")
+                _pto_set_tile(src, [cp, max(bs, 8)])
+                src(f"sc{i} = pypto.reshape(pypto.index_select(ks2, 0, pgi{i}), [1, {width}])")
+                src(f"ov{i} = pypto.reshape(ok2{i}, [1, {width}])")
                 keys.append(f"kr{i}")
-                oks.append(f"oc{i}")
+                oks.append(f"ov{i}")
                 kss.append(f"sc{i}")
             _pto_tile(src, (nb, width, hd), 2)
             src(f"keys = {cat(keys, 0)}")
@@ -423,12 +435,11 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             _pto_tile(src, (nb, seq, width))
             src(f"sc3 = pypto.mul(pypto.reshape(acc, [{nb}, {seq}, {width}]), ksm)")
             src(f"ok3 = pypto.add(pypto.full([{nb}, {seq}, {width}], 0.0, pypto.DT_FP32), okm)")
-            _pto_cols_of(src, "ramp", f"c * {width}", width, "cols")
             _pto_tile(src, (rows, width))
-            src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cols)")
+            src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cl{c})")
             src(f"keep = pypto.logical_and(pypto.lt(cz, lim), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
             src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {_PTO_NEG!r})")
-            src(f"pypto.assemble(res, [t0, c * {width}], {out.name})")
+            src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
         if tail:
             _pto_tile(src, (rows, tail))
             src(f"pypto.assemble(pypto.full([{rows}, {tail}], {_PTO_NEG!r}, pypto.DT_FP32), [t0, {span}], {out.name})")

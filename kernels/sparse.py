@@ -214,29 +214,47 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # * Merges (csa_merge_norm, hca_stream_merge[_pack]): the reference's f32 merge_into / sink_normalize order; the
 #   only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp from numpy's on a few % of
 #   arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis with the op's swap input
-#   (hca) or the exact reshape/transpose pair swap (csa, whose op has no swap input); one bf16 rounding; heads
-#   packed group-major with one assemble per group.
+#   (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding; heads packed group-major
+#   with one assemble per group.
 # * Index work is exact: integer arithmetic in f32 (< 2^24), comparisons against scalars, floors as
-#   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select (clamped, then
-#   masked) and kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
+#   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select and
+#   kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
+# Cost (pypto's cost model, per kernel): every pypto task costs a few thousand cycles of fixed overhead and the
+# AICPU dispatches a few hundred cycles per task, while tile sizes up to ~32 KiB per operand cost little more
+# than small ones. So the templates use few, large tiles, keep ~10 loop iterations' worth of independent tasks in
+# flight (a pypto.loop runs about that many iterations at once), avoid batched matmuls (every batch slice is
+# copied in and out) in favour of 2-D matmuls per token, and avoid reshaping views to another rank (a copy).
 # pypto 0.2.0 lowering traps met here (tensor graph right, post-pass verify FAILS; each avoided below):
 # * a 1-D op (arange) under a rank-2 tile is mis-lowered by InferParamIndex → 1-D ops get 1-D tiles (_pto_iota);
 # * a view is materialised under the tile of the op that consumes it: reshaping a rank-3 view needs a rank-3 tile
 #   (else ExpandFunction: "Tile shape size 2 is not matched the output shape size 3"); an index_select whose
-#   in-kernel index spans several tiles is mis-lowered (the whole index row block in one tile);
-# * rank-3 tiles that split the rows of a partial block break InferDynShape (rows per block = one tile's worth,
-#   `_pto_rows_whole_tile`, and tile rows dividing the block, `_pto_vec_tile`).
+#   in-kernel index spans several tiles is mis-lowered (the whole index in one tile);
+# * rank-3 tiles that split the rows of a partial block break InferDynShape (tiles span the block's rows,
+#   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
-from .qkv import (_PtoBlock, _pto_lead_tile, _pto_pair_swap, _pto_pairwise_sum, _pto_rows_whole_tile,  # noqa: E402
-                  _pto_scope, _pto_set_tile, _pto_vec_tile)
+from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
+_PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
+_PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
+_PTO_QK_ROWS = 4         # tokens per loop iteration of the per-token tile partials
 
 PYPTO_UNSUPPORTED: dict[str, str] = {}
+
+
+def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:
+    """[rows, a divisor of heads, width]: the whole block's rows, as many heads as `elems` allows."""
+    return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
+
+
+def _pto_big_tile(shape, itemsize: int = 4) -> list[int]:
+    """`_pto_vec_tile` with a 32 KiB budget per operand (fewer, larger tasks for whole-tensor element-wise work)."""
+    tile = vec_tile(tuple(shape), itemsize, 4 * _PTO_TILE_ELEMS)
+    return [_pto_divisor(e, t) for e, t in zip(shape[:-1], tile[:-1])] + tile[-1:]
 
 
 def _pto_iota(src: Src, n: int, name: str, restore) -> None:
@@ -249,7 +267,21 @@ def _pto_iota(src: Src, n: int, name: str, restore) -> None:
     _pto_set_tile(src, restore)
 
 
-# ---- cache writeback --------------------------------------------------------------------------------------
+# ---- cache writeback, WAR marker ----------------------------------------------------------------------------
+def pypto_kv_touch(spec: KernelSpec) -> str:
+    """The WAR marker as the smallest in-place touch pypto allows: the cache's first row copied onto itself (one
+    32-byte-aligned tile, one task). The caller passes the same buffer as kv_cache_in and kv_cache (an in-place
+    output starts as its input), so every other row is already the input's: the identity, like the reference."""
+    cache = spec.results[0]
+    rest = list(cache.shape[1:])
+    src = Src(spec.signature())
+    _pto_set_tile(src, [1] + rest)
+    zeros = [0] * cache.rank
+    src(f"y = pypto.clone(pypto.view({spec.operands[0].name}, {[1] + rest}, {zeros}))")
+    src(f"pypto.assemble(y, {zeros}, {cache.name})")
+    return src.text()
+
+
 def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
     """kv_cache[slot[t]] = kv[t] in token order: a pypto.loop over tokens reads the slot as a runtime scalar and
     assembles the row only `if slot >= 0` (−1 skipped, later tokens win on duplicates, like the reference).
@@ -270,33 +302,18 @@ def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
 
 
 # ---- tile partials ----------------------------------------------------------------------------------------
-def _pto_tile_partial(blk, q3: str, k3: str, ok: str, heads: int, hd: int, width: int, scale: float, scope: int,
-                      kt3: str | None = None) -> None:
-    """(mi [rows, H, 1], li [rows, H, 1], oi [rows, H, HD]) = tile_partial of one key tile per token: s = q·Kᵀ
-    (batched cube matmul; Kᵀ given as kt3 [rows, HD, width] or K as k3 [rows, width, HD] with b_trans),
-    s·scale → −1e20 where not ok ([rows, 1, width] bool), m = rowmax, p = exp(s − m) (0 where not ok),
-    l = numpy's pairwise Σp, o = bf16(p)·K. The softmax chain is one forced subgraph."""
-    src, br = blk.src, blk.rows
-    s_tile = _pto_vec_tile((br, heads, width), 4)
-    src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(width, 64)})")
-    if kt3 is not None:
-        src(f"s = pypto.matmul({q3}, {kt3}, pypto.DT_FP32)")
-    else:
-        src(f"s = pypto.matmul({q3}, {k3}, pypto.DT_FP32, b_trans=True)")
-    if blk.partial:  # a batched matmul's result keeps the full block as its valid shape
-        src(f"s = {blk.sub('s', [br, heads], [0, 0, 0], width)}")
-    _pto_set_tile(src, s_tile)
-    _pto_scope(src, scope)
-    src(f"s = pypto.where({ok}, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
-    src("mi = pypto.amax(s, -1, keepdim=True)")
-    src(f"p = pypto.where({ok}, pypto.exp(pypto.sub(s, mi)), 0.0)")
-    _pto_pairwise_sum(blk, "p", [br, heads], width, "li", s_tile)
-    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-    _pto_scope(src, -1)
-    src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(width, 128)}, {cube_tile(hd, 128)})")
-    src(f"oi = pypto.matmul(pb, {k3}, pypto.DT_FP32)")
-    if blk.partial:
-        src(f"oi = {blk.sub('oi', [br, heads], [0, 0, 0], hd)}")
+def _pto_cube_wide(m: int, k: int, n: int) -> str:
+    """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
+    L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
+    steps), so wide tiles mean few tasks."""
+    tm = min(128, max(16, -(-m // 16) * 16))
+    tn = min(512, max(16, -(-n // 16) * 16))
+    while tm * tn * 4 > 128 * 1024 and tn > 16:
+        tn //= 2
+    tk = min(512, max(16, -(-k // 16) * 16))
+    while (tm * tk * 2 > 64 * 1024 or tk * tn * 2 > 64 * 1024) and tk > 16:
+        tk //= 2
+    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
 
 
 def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) -> None:
@@ -306,107 +323,187 @@ def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) ->
     for name, t in (("mi", m_out), ("li", l_out)):
         src(f"{name}3 = {blk.reshape(name, [br, 1, heads])}")
         src(f"pypto.assemble({name}3, [{blk.r0}, {item}, 0], {t.name})")
-    _pto_set_tile(src, [1] + _pto_vec_tile((br, heads, hd), 4))
+    o_tile = _pto_head_tile(br, heads, hd, 2 * _PTO_TILE_ELEMS)
+    _pto_set_tile(src, [o_tile[0], 1] + o_tile[1:])
     src(f"oi4 = {blk.reshape('oi', [br, 1, heads, hd])}")
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
 
 
-def _pto_gather_rows(blk, cache, idx_view: str, width: int, hd: int, out: str, idx_out: str) -> None:
-    """`out` [rows, width, HD] = cache[idx] with −1 rows zero (the reference's `_gather`): index_select of the
-    clamped index max(idx, 0) — the block's whole [rows, width] index in one tile, so pypto 0.2.0's
-    InferParamIndex keeps the in-kernel index right — then where(idx ≥ 0, row, 0). `idx_out` = f32(idx)."""
-    src, br = blk.src, blk.rows
-    d_tile = hd
-    while br * width * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+def _pto_token_keys(src: Src, cache, ind, r0: str, lo: int, width: int, hd: int, out: str, masked: bool) -> str:
+    """`out` [width, HD] = the rows cache[idx] of one token's key list idx = ind[r0, lo:lo+width] (1-D index,
+    2-D result); returns the name of f32(idx) [1, width]. The index_select never sees a −1:
+    * `masked`: the reference's `_gather` (−1 rows zero): clamped max(idx, 0), then where(idx ≥ 0, row, 0);
+    * else: a −1 reads the row of the list's largest index (a real row, so finite data that its zero softmax
+      weight cancels exactly), 0 when the list is empty; the caller zeroes the partial of a key tile without
+      any index, so no pass over the rows is needed."""
+    ix = f"{out}_ix"
+    _pto_set_tile(src, [1, max(width, 8)])
+    src(f"{ix} = {cast_expr(f'pypto.view({ind.name}, [1, {width}], [{r0}, {lo}])', 'i32', 'f32')}")
+    if masked:
+        src(f"ifl = pypto.maximum({ix}, 0.0)")
+    else:
+        src(f"imx = pypto.amax({ix}, -1, keepdim=True)")
+        src(f"ifl = pypto.maximum(pypto.where(pypto.ge({ix}, 0.0), {ix}, pypto.expand_clone(imx, [1, {width}])), "
+            "0.0)")
+    src(f"ci = pypto.reshape({cast_expr('ifl', 'f32', 'i32')}, [{width}])")
+    d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles (cost-model failure above)
+    while width * d_tile * 2 > (32 if masked else 128) * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
-    _pto_set_tile(src, [br, max(width, 8)])
-    src(f"iv = {idx_view}")
-    src("ci = pypto.maximum(iv, 0)")
-    src(f"{idx_out} = {cast_expr('iv', 'i32', 'f32')}")
-    src(f"okr = {blk.reshape(idx_out, [br, width, 1])}")
-    _pto_set_tile(src, [br, width, d_tile])
-    src(f"g = pypto.index_select({cache.name}, 0, ci)")
-    src(f"{out} = {cast_expr('pypto.where(pypto.ge(okr, 0.0), g, 0.0)', 'f32', cache.dtype)}")
+    if masked:
+        _pto_set_tile(src, [width, 8])
+        src(f"okc = pypto.reshape({ix}, [{width}, 1])")
+        _pto_set_tile(src, [width, d_tile])
+        src(f"g = pypto.index_select({cache.name}, 0, ci)")
+        src(f"{out} = {cast_expr('pypto.where(pypto.ge(okc, 0.0), g, 0.0)', 'f32', cache.dtype)}")
+    else:
+        _pto_set_tile(src, [width, d_tile])
+        src(f"{out} = pypto.index_select({cache.name}, 0, ci)")
+    return ix
 
 
-def pypto_csa_qk_pv(spec: KernelSpec) -> str:
-    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv]: each k_tile block
-    gathers its rows (index_select, −1 → 0; a block straddling the two lists concatenates both gathers), is
-    masked where bias < 0 or index < 0, and runs the tile partial. qk_order only orders the work on the NPU
-    (every item writes its own partial), so the values do not depend on it. (Masks are built with a tensor
-    operand in every `where`: a where of two scalars yields a full-block valid shape, which breaks the CPU
-    interpreter on partial blocks.)"""
+def _pto_token_partial(hb, heads: int, hd: int, width: int, scale: float, s_tile, scope: int) -> None:
+    """(mi [H, 1], li [H, 1], oi [H, HD]) = tile_partial of one token's key tile k2 [width, HD] (bf16) for its
+    query q2 [H, HD], valid where vb [1, width] ≥ 0: s = q·Kᵀ (2-D cube matmul, f32 accumulation), s·scale →
+    −1e20 where not valid, m = rowmax, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp,
+    o = bf16(p)·K. The softmax chain is one forced subgraph (`scope`)."""
+    src = hb.src
+    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, hd, width)})")
+    src("s = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
+    _pto_set_tile(src, s_tile)
+    _pto_scope(src, scope)
+    src(f"ok = pypto.ge(pypto.expand_clone(vb, [{heads}, {width}]), 0.0)")
+    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
+    src("mi = pypto.amax(s, -1, keepdim=True)")
+    src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
+    _pto_pairwise_sum(hb, "p", [heads], width, "li", s_tile)
+    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+    _pto_scope(src, -1)
+    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, width, hd)})")
+    src("oi = pypto.matmul(pb, k2, pypto.DT_FP32)")
+
+
+def _pto_token_tile(heads: int, width: int) -> list[int]:
+    """The [H, width] softmax tile: all columns, as many heads as _PTO_TILE_ELEMS allows."""
+    tile = [heads, max(width, 8)]
+    while tile[0] * tile[1] > _PTO_TILE_ELEMS and tile[0] % 2 == 0:
+        tile[0] //= 2
+    return tile
+
+
+def _pto_token_rows(loop: RowLoop, emit) -> None:
+    """The loop block's tokens one by one (`emit(r0, tok)`; 2-D matmuls per token), the tail guarded."""
+    for tok in range(loop.block_rows):
+        r0 = f"r0 + {tok}" if loop.looped else str(tok)
+        if loop.partial and tok:
+            with loop.src.block(f"if {tok} < valid:"):
+                emit(r0, tok)
+        else:
+            emit(r0, tok)
+
+
+def _pto_csa_token(src: Src, spec: KernelSpec, hb, r0: str, s_tile, tok: int) -> None:
+    """The csa_qk_pv partials of the token at row `r0` (see pypto_csa_qk_pv); `tok` numbers its forced
+    subgraphs apart from the other tokens' of the iteration."""
     q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
     m_out, l_out, o_out = spec.results
     _, heads, hd = q.shape
     w, k = swa.shape[1], cidx.shape[1]
     kt = int(spec.attrs["k_tile"])
     scale = float(spec.attrs["scale"])
+    _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
+    src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
     blocks = (w + k) // kt
+    for j in range(blocks):
+        a, e = j * kt, (j + 1) * kt
+        straddle = a < w < e
+        pieces = []
+        for pool, ind, lo, hi in ((cache, swa, 0, w), (cmp_kv, cidx, w, w + k)):
+            s0, s1 = max(a, lo), min(e, hi)
+            if s0 < s1:
+                n = len(pieces)
+                ix = _pto_token_keys(src, pool, ind, r0, s0 - lo, s1 - s0, hd, f"kr{n}", straddle)
+                pieces.append((f"kr{n}", ix))
+        if len(pieces) == 1:
+            src(f"k2 = {pieces[0][0]}")
+            vx = pieces[0][1]
+        else:
+            _pto_set_tile(src, [kt, min(hd, 64)])
+            src(f"k2 = pypto.concat([{pieces[0][0]}, {pieces[1][0]}], 0)")
+            _pto_set_tile(src, [1, max(kt, 8)])
+            src(f"vx = pypto.concat([{pieces[0][1]}, {pieces[1][1]}], 1)")
+            vx = "vx"
+        _pto_set_tile(src, [1, max(kt, 8)])
+        src(f"vb = pypto.where(pypto.ge({vx}, 0.0), pypto.view({bias.name}, [1, {kt}], [{r0}, {a}]), -1.0)")
+        if not straddle:
+            src(f"anyk = pypto.amax({vx}, -1, keepdim=True)")
+        _pto_token_partial(hb, heads, hd, kt, scale, s_tile, tok * blocks + j + 1)
+        _pto_set_tile(src, [1, 1, max(heads, 8)])
+        for name, t in (("mi", m_out), ("li", l_out)):
+            src(f"pypto.assemble(pypto.reshape({name}, [1, 1, {heads}]), [{r0}, {j}, 0], {t.name})")
+        o_tile = [1, 1, max(1, min(heads, 2 * _PTO_TILE_ELEMS // hd)), hd]
+        if not straddle:  # zeroed in the store's copy; a where broadcasts one axis: the flag over the heads
+            _pto_set_tile(src, [1, 1, heads, 8])
+            src(f"keep = pypto.ge(pypto.expand_clone(pypto.reshape(anyk, [1, 1, 1, 1]), [1, 1, {heads}, 1]), "
+                "0.0)")
+            _pto_set_tile(src, o_tile)
+            src(f"oi4 = pypto.where(keep, pypto.reshape(oi, [1, 1, {heads}, {hd}]), 0.0)")
+        else:
+            _pto_set_tile(src, o_tile)
+            src(f"oi4 = pypto.reshape(oi, [1, 1, {heads}, {hd}])")
+        src(f"pypto.assemble(oi4, [{r0}, {j}, 0, 0], {o_out.name})")
+
+
+def pypto_csa_qk_pv(spec: KernelSpec) -> str:
+    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv], token by token
+    with 2-D cube matmuls (q [H, HD]; a batched matmul copies every batch slice in and out), _PTO_QK_ROWS tokens
+    per loop iteration: each k_tile block gathers its rows (`_pto_token_keys`; a block straddling the two lists
+    concatenates both gathers, masked), is masked where bias < 0 or index < 0, runs the tile partial
+    (`_pto_token_partial`) and is stored as item j (its o zeroed when the block has no index at all, in the
+    store's copy). qk_order only orders the work on the NPU (every item writes its own partial), so the values
+    do not depend on it."""
+    q = spec.operands[0]
+    heads, kt = q.shape[1], int(spec.attrs["k_tile"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, kt)), name="tok")
-    blk = _PtoBlock(loop, q)
-    br = blk.rows
+    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
+    hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
+    hb.rows, hb.partial = heads, False
+    s_tile = _pto_token_tile(heads, kt)
     with loop.loop():
-        src(f"q3 = {loop.view(q)}")
-        for j in range(blocks):
-            a, e = j * kt, (j + 1) * kt
-            pieces = []
-            for pool, ind, lo, hi in ((cache, swa, 0, w), (cmp_kv, cidx, w, w + k)):
-                s0, s1 = max(a, lo), min(e, hi)
-                if s0 < s1:
-                    n = len(pieces)
-                    view = f"pypto.view({ind.name}, [{br}, {s1 - s0}], [{blk.r0}, {s0 - lo}]{blk.valid(s1 - s0)})"
-                    _pto_gather_rows(blk, pool, view, s1 - s0, hd, f"kr{n}", f"ix{n}")
-                    pieces.append((f"kr{n}", f"ix{n}"))
-            if len(pieces) == 1:
-                src(f"k3 = {pieces[0][0]}")
-                src(f"vx = {pieces[0][1]}")
-            else:
-                _pto_set_tile(src, [br, kt, min(hd, 64)])
-                src(f"k3 = pypto.concat([{pieces[0][0]}, {pieces[1][0]}], 1)")
-                _pto_set_tile(src, [br, max(kt, 8)])
-                src(f"vx = pypto.concat([{pieces[0][1]}, {pieces[1][1]}], 1)")
-                if blk.partial:  # a concat's result has the full block as its valid shape
-                    src(f"vx = {blk.sub('vx', [br], [0, 0], kt)}")
-            _pto_set_tile(src, [br, max(kt, 8)])
-            bview = f"pypto.view({bias.name}, [{br}, {kt}], [{blk.r0}, {a}]{blk.valid(kt)})"
-            src(f"vb = pypto.where(pypto.ge(vx, 0.0), {bview}, -1.0)")
-            _pto_set_tile(src, _pto_vec_tile((br, heads, kt), 4))
-            src(f"ok = pypto.ge({blk.reshape('vb', [br, 1, kt])}, 0.0)")
-            _pto_tile_partial(blk, "q3", "k3", "ok", heads, hd, kt, scale, j + 1)
-            _pto_store_item(blk, j, heads, hd, m_out, l_out, o_out)
+        _pto_token_rows(loop, lambda r0, tok: _pto_csa_token(src, spec, hb, r0, s_tile, tok))
     return src.text()
 
 
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
-    """The raw-window stream as ONE tile: s = q·rows_t (rows_t [T, HD, W] is Kᵀ), P·V with the rows."""
-    q, rows, rows_t, idx = spec.operands
+    """The raw-window stream as ONE tile per token: the tile partial (`_pto_token_partial`) of the token's window
+    rows [W, HD] (valid where index ≥ 0), 2-D cube matmuls token by token; q·Kᵀ with b_trans on the rows (the
+    transposed copy rows_t holds the same values)."""
+    q, rows, _rows_t, idx = spec.operands
     m_out, l_out, o_out = spec.results
     _, heads, hd = q.shape
     w = rows.shape[1]
     scale = float(spec.attrs["scale"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, w)), name="tok")
-    blk = _PtoBlock(loop, q)
-    br = blk.rows
+    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
+    hb = _PtoBlock(loop, q)
+    hb.rows, hb.partial = heads, False
+    s_tile = _pto_token_tile(heads, w)
+
+    def token(r0: str, tok: int) -> None:
+        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
+        src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
+        _pto_set_tile(src, [1] + _pto_head_tile(1, w, hd, 2 * _PTO_TILE_ELEMS)[1:])
+        src(f"k2 = pypto.reshape(pypto.view({rows.name}, [1, {w}, {hd}], [{r0}, 0, 0]), [{w}, {hd}])")
+        _pto_set_tile(src, [1, max(w, 8)])
+        src(f"vb = {cast_expr(f'pypto.view({idx.name}, [1, {w}], [{r0}, 0])', idx.dtype, 'f32')}")
+        _pto_token_partial(hb, heads, hd, w, scale, s_tile, tok + 1)
+        _pto_set_tile(src, [1, max(heads, 8)])
+        for name, t in (("mi", m_out), ("li", l_out)):
+            src(f"pypto.assemble(pypto.reshape({name}, [1, {heads}]), [{r0}, 0], {t.name})")
+        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
+        src(f"pypto.assemble(pypto.reshape(oi, [1, {heads}, {hd}]), [{r0}, 0, 0], {o_out.name})")
+
     with loop.loop():
-        _pto_set_tile(src, [br, max(w, 8)])
-        src(f"vf = {cast_expr(loop.view(idx), idx.dtype, 'f32')}")
-        _pto_set_tile(src, _pto_vec_tile((br, heads, w), 4))
-        src(f"ok = pypto.ge({blk.reshape('vf', [br, 1, w])}, 0.0)")
-        src(f"q3 = {loop.view(q)}")
-        src(f"k3 = {loop.view(rows)}")
-        src(f"kt3 = {loop.view(rows_t)}")
-        _pto_tile_partial(blk, "q3", "k3", "ok", heads, hd, w, scale, 1, kt3="kt3")
-        _pto_set_tile(src, _pto_lead_tile([br, heads]) + [8])
-        src(f"m2 = {blk.reshape('mi', [br, heads])}")
-        src(f"l2 = {blk.reshape('li', [br, heads])}")
-        _pto_set_tile(src, [br, max(heads, 8)])
-        loop.store("m2", m_out)
-        loop.store("l2", l_out)
-        _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 4))
-        loop.store("oi", o_out)
+        _pto_token_rows(loop, token)
     return src.text()
 
 
@@ -467,7 +564,7 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
             _pto_set_tile(src, [1] + _pto_vec_tile((wr, hd), 2))
             src(f"kv = pypto.view({rows.name}, [1, {wr}, {hd}], [{req}, {a}, 0])")
             src(f"k2 = pypto.reshape(kv, [{wr}, {hd}])")
-            src(f"pypto.set_cube_tile_shapes({cube_tile(br * heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(wr, 64)})")
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(br * heads, hd, wr)})")
             src("s2 = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
             _pto_set_tile(src, s_tile)
             src(f"s = pypto.reshape(s2, [{br}, {heads}, {wr}]{blk.valid(heads, wr)})")
@@ -479,7 +576,7 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
             src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
             src(f"pb2 = pypto.reshape(pb, [{br * heads}, {wr}]{vs})")
             _pto_scope(src, -1)
-            src(f"pypto.set_cube_tile_shapes({cube_tile(br * heads, 64)}, {cube_tile(wr, 128)}, {cube_tile(hd, 128)})")
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(br * heads, wr, hd)})")
             src("o2 = pypto.matmul(pb2, k2, pypto.DT_FP32)")
             _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 4))
             src(f"oi = pypto.reshape(o2, [{br}, {heads}, {hd}]{blk.valid(heads, hd)})")
@@ -489,24 +586,23 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
 
 # ---- HCA data movement ------------------------------------------------------------------------------------
 def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
-    """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 8 KiB (a
-    transpose holds ~13 tile-sized UB buffers)."""
+    """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 32 KiB and at most
+    128 × 128 (a transpose holds several tile-sized UB buffers; the flash [128, 128] bf16 tile compiles and
+    costs a quarter of the [64, 64] one)."""
     rows = spec.operands[0]
     out = spec.results[0]
     _, w, hd = rows.shape
-    tw, th = min(w, 64), min(hd, 64)
-    tr = max(1, min(8, (8 * 1024) // (tw * th * rows.itemsize)))
+    tw, th = min(w, 128), min(hd, 128)
+    tr = max(1, min(8, (32 * 1024) // (tw * th * rows.itemsize)))
     src = Src(spec.signature())
     loop = RowLoop(src, rows, tr, name="tok")  # a tile spans the block's rows (partial blocks, see above)
     tr = loop.shape(rows)[0]
-    with loop.loop():
-        _pto_scope(src, 1)
+    with loop.loop():  # no forced subgraph: the block's tiles run side by side
         _pto_set_tile(src, [tr, tw, th])
         src(f"x = {loop.view(rows)}")
         _pto_set_tile(src, [tr, th, tw])
         src("y = pypto.transpose(x, 1, 2)")
         loop.store("y", out)
-        _pto_scope(src, -1)
     return src.text()
 
 
@@ -557,93 +653,124 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
 
 
 # ---- merges, sink, inverse RoPE, pack -----------------------------------------------------------------------
-def _pto_merge_partial(blk, heads: int, h_tile, o_tile) -> None:
-    """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
-    a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi. m, l are [rows, H], o is [rows, H, HD]."""
-    src, br = blk.src, blk.rows
-    _pto_set_tile(src, h_tile)
-    src("big = pypto.maximum(m_acc, mi)")
-    src("ea = pypto.exp(pypto.sub(m_acc, big))")
-    src("eb = pypto.exp(pypto.sub(mi, big))")
-    src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
-    src("m_acc = big")
-    src(f"ea3 = {blk.reshape('ea', [br, heads, 1])}")
-    src(f"eb3 = {blk.reshape('eb', [br, heads, 1])}")
-    _pto_set_tile(src, o_tile)
-    src("o_acc = pypto.add(pypto.mul(ea3, o_acc), pypto.mul(eb3, oi))")
+# Row blocks of _PTO_MERGE_ROWS tokens, no forced subgraph: every [rows, H, HD] op runs on tiles of
+# [rows, heads-slice, HD] (the rows of a block never split, see above), so pypto fuses each tile's chain of
+# element-wise ops into one task and the blocks' tasks run side by side on the vector cores.
+class _PtoMerge:
+    """Shapes of a merge: the state lives in `lead` = [rows] (the HCA stream state [T, H(, HD)]) or [rows, 1]
+    (the CSA partials [T, n, H(, HD)], merged in the partials' own rank: reshaping a view to another rank is a
+    copy through global memory, and adding a unit axis to one is very slow in pypto 0.2.0)."""
 
+    def __init__(self, blk, lead: list[int], heads: int, hd: int):
+        self.blk, self.src, self.lead, self.heads, self.hd = blk, blk.src, lead, heads, hd
+        br = blk.rows
+        self.h_shape = lead + [heads]
+        self.o_shape = lead + [heads, hd]
+        self.h_tile = lead + [max(heads, 8)]
+        self.o_tile = lead + _pto_head_tile(br, heads, hd)[1:]
+        self.c_tile = lead + [heads, 8]          # [.., H, 1] columns broadcast over HD
 
-def _pto_sink_normalize(blk, sink, heads: int, h_tile, o_tile) -> None:
-    """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
-    src, br = blk.src, blk.rows
-    _pto_set_tile(src, h_tile)
-    src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub(pypto.reshape({sink.name}, [1, {heads}]), m_acc)))")
-    src(f"den3 = {blk.reshape('den', [br, heads, 1])}")
-    _pto_set_tile(src, o_tile)
-    src("y = pypto.div(o_acc, den3)")
+    def zeros(self, extra: int = 0) -> list[int]:
+        return [0] * (len(self.lead) + extra)
 
+    def load_item(self, m, l, o, item: int) -> None:
+        """(mi, li) [*lead, H] and oi [*lead, H, HD] = item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
+        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
+        _pto_set_tile(src, [br, 1, max(heads, 8)])
+        for name, t in (("mi", m), ("li", l)):
+            view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
+            src(f"{name} = {view if len(self.lead) == 2 else blk.reshape(view, self.h_shape)}")
+        _pto_set_tile(src, [br, 1] + self.o_tile[-2:])
+        view = (f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]"
+                f"{blk.valid(1, heads, hd)})")
+        src(f"oi = {view if len(self.lead) == 2 else blk.reshape(view, self.o_shape)}")
 
-def _pto_load_item(blk, m, l, o, item: int, heads: int, hd: int, o_tile) -> None:
-    """(mi, li) [rows, H] and oi [rows, H, HD] = item `item` of the partials m, l [T, n, H] and o [T, n, H, HD]."""
-    src, br = blk.src, blk.rows
-    _pto_set_tile(src, [br, 1, max(heads, 8)])
-    for name, t in (("mi", m), ("li", l)):
-        view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
-        src(f"{name} = {blk.reshape(view, [br, heads])}")
-    _pto_set_tile(src, [br, 1] + o_tile[1:])
-    view = f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]{blk.valid(1, heads, hd)})"
-    src(f"oi = {blk.reshape(view, [br, heads, hd])}")
+    def merge(self) -> None:
+        """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
+        a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi."""
+        blk, src = self.blk, self.src
+        _pto_set_tile(src, self.h_tile)
+        src("big = pypto.maximum(m_acc, mi)")
+        src("ea = pypto.exp(pypto.sub(m_acc, big))")
+        src("eb = pypto.exp(pypto.sub(mi, big))")
+        src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
+        src("m_acc = big")
+        _pto_set_tile(src, self.c_tile)
+        src(f"eac = {blk.reshape('ea', self.h_shape + [1])}")
+        src(f"ebc = {blk.reshape('eb', self.h_shape + [1])}")
+        _pto_set_tile(src, self.o_tile)
+        src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
 
+    def sink_normalize(self, sink) -> None:
+        """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
+        blk, src = self.blk, self.src
+        _pto_set_tile(src, self.h_tile)
+        sk = f"pypto.reshape({sink.name}, {py_list([1] * len(self.lead) + [self.heads])})"
+        src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub({sk}, m_acc)))")
+        _pto_set_tile(src, self.c_tile)
+        src(f"denc = {blk.reshape('den', self.h_shape + [1])}")
+        _pto_set_tile(src, self.o_tile)
+        src("y = pypto.div(o_acc, denc)")
 
-def _pto_swap_lanes(blk, r: str, lead, rd: int, swap, out: str, wide_tile) -> None:
-    """out = r[..., swap] with the op's lane permutation input: `pypto.gather` on the last axis of r viewed as
-    [rows·H, rd], the index being the swap row broadcast to that shape (exact data movement)."""
-    src = blk.src
-    flat = 1
-    for x in lead:
-        flat *= x
-    vr = f", valid_shape=[valid * {flat // blk.rows}, {rd}]" if blk.partial else ""
-    lead_tile = _pto_lead_tile(list(lead), max(1, 4096 // rd)) + [rd]
-    _pto_set_tile(src, lead_tile)  # a rank-reducing reshape takes a tile of its input's rank
-    src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
-    _pto_set_tile(src, _pto_lead_tile([flat], max(1, 4096 // rd)) + [rd])
-    src(f"si = pypto.expand_clone(pypto.reshape({swap.name}, [1, {rd}]), [{flat}, {rd}]{vr})")
-    src("g2 = pypto.gather(r2, 1, si)")
-    _pto_set_tile(src, lead_tile)
-    src(f"{out} = {blk.reshape('g2', list(lead) + [rd])}")
-    _pto_set_tile(src, wide_tile)
+    def swap_lanes(self, r: str, rd: int, swap: str, out: str) -> None:
+        """out [*lead, H, rd] = r[..., swap] with the lane permutation `swap` (i32 [rd]): `pypto.gather` on the
+        last axis of r viewed as [rows·H, rd], the index being the swap row broadcast to that shape (exact
+        data movement)."""
+        blk, src, br, heads = self.blk, self.src, self.blk.rows, self.heads
+        flat = br * heads
+        vr = f", valid_shape=[valid * {heads}, {rd}]" if blk.partial else ""
+        r_tile = self.lead + _pto_head_tile(br, heads, rd)[1:]
+        _pto_set_tile(src, r_tile)  # a rank-reducing reshape takes a tile of its input's rank
+        src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
+        _pto_set_tile(src, [br * r_tile[-2], rd])
+        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{flat}, {rd}]{vr})")
+        src("g2 = pypto.gather(r2, 1, si)")
+        _pto_set_tile(src, r_tile)
+        src(f"{out} = {blk.reshape('g2', self.lead + [heads, rd])}")
 
-
-def _pto_derotate_pack(blk, heads: int, hd: int, cos_il, sin_signed, swap, out, groups: int, o_tile) -> None:
-    """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding, heads packed
-    group-major into out [G, T, hpg·HD] (one assemble per group)."""
-    src, br = blk.src, blk.rows
-    rd = cos_il.shape[1]
-    nope = hd - rd
-    hg = heads // groups
-    src(f"rp = {blk.sub('y', [br, heads], [0, 0, nope], rd)}")
-    if swap is None:
-        _pto_pair_swap(blk, "rp", [br, heads], rd, "swp", o_tile)
-    else:
-        _pto_swap_lanes(blk, "rp", [br, heads], rd, swap, "swp", o_tile)
-    for name, t in (("cb", cos_il), ("sb", sin_signed)):
-        src(f"{name} = {blk.reshape(cast_expr(blk.loop.view(t), t.dtype, 'f32'), [br, 1, rd])}")
-    src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
-    if nope:
-        src(f"yr = pypto.concat([{blk.sub('y', [br, heads], [0, 0, 0], nope)}, ro], -1)")
-    else:
-        src("yr = ro")
-    src(f"yb = {cast_expr('yr', 'f32', out.dtype)}")
-    g_tile = _pto_vec_tile((br, hg, hd), 2)
-    _pto_set_tile(src, g_tile)
-    for g in range(groups):
-        src(f"hgv = pypto.clone({blk.sub('yb', [br, hg], [0, g * hg, 0], hd)})")
-        src(f"pk = {blk.reshape('hgv', [br, hg * hd])}")
-        _pto_set_tile(src, [1] + _pto_vec_tile((br, hg * hd), 2))
+    def derotate_pack(self, cos_il, sin_signed, swap: str, out, groups: int) -> None:
+        """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding of each part,
+        heads packed group-major into out [G, T, hpg·HD]: per group the parts concatenated (the pack's copy),
+        reshaped and assembled."""
+        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
+        rd = cos_il.shape[1]
+        nope = hd - rd
+        hg = heads // groups
+        zl = self.zeros()
+        src(f"rp = {blk.sub('y', self.h_shape, zl + [0, nope], rd)}")
+        self.swap_lanes("rp", rd, swap, "swp")
+        for name, t in (("cb", cos_il), ("sb", sin_signed)):
+            _pto_set_tile(src, [br, max(rd, 8)])
+            src(f"{name}2 = {cast_expr(blk.loop.view(t), t.dtype, 'f32')}")
+            _pto_set_tile(src, [br] + [1] * len(self.lead) + [max(rd, 8)])
+            src(f"{name} = {blk.reshape(name + '2', [br] + [1] * len(self.lead) + [rd])}")
+        _pto_set_tile(src, self.lead + _pto_head_tile(br, heads, rd)[1:])
+        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
+        _pto_set_tile(src, self.o_tile)
+        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+        if nope:
+            src(f"ynb = {cast_expr(blk.sub('y', self.h_shape, zl + [0, 0], nope), 'f32', out.dtype)}")
+        g_tile = self.lead + _pto_head_tile(br, hg, hd, 2 * _PTO_TILE_ELEMS)[1:]
+        g_shape = self.lead + [hg]
         valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
-        src(f"pk3 = pypto.reshape(pk, [1, {br}, {hg * hd}]{valid3})")
-        src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
-        _pto_set_tile(src, g_tile)
+        for g in range(groups):
+            _pto_set_tile(src, g_tile)
+            rope = blk.sub("rob", g_shape, zl + [g * hg, 0], rd)
+            if nope:
+                src(f"hgv = pypto.concat([{blk.sub('ynb', g_shape, zl + [g * hg, 0], nope)}, {rope}], -1)")
+            else:
+                src(f"hgv = pypto.clone({rope})")
+            _pto_set_tile(src, [1, br, max(8, min(hg * hd, 2 * _PTO_TILE_ELEMS // br))])
+            src(f"pk3 = pypto.reshape(hgv, [1, {br}, {hg * hd}]{valid3})")
+            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
+
+
+def _pto_swap_index(src: Src, rd: int, name: str) -> None:
+    """`name` = i32 [rd] holding j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) (f32 arithmetic on an arange, exact)."""
+    _pto_set_tile(src, [max(rd, 8)])
+    src(f"sj = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
+    src("sjo = pypto.sub(sj, pypto.mul(pypto.floor(pypto.mul(sj, 0.5)), 2.0))")
+    src(f"{name} = {cast_expr('pypto.sub(pypto.add(sj, 1.0), pypto.mul(sjo, 2.0))', 'f32', 'i32')}")
 
 
 def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
@@ -663,35 +790,34 @@ def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
         items = cm.shape[1]
         rows_from = hs
     src = Src(spec.signature())
-    loop = RowLoop(src, rows_from, _pto_rows_whole_tile(heads * hd), name="tok")
+    if pack and swap is None:  # csa_merge_norm has no swap input: the pair swap j ^ 1
+        _pto_swap_index(src, cos_il.shape[1], "swi")
+    loop = RowLoop(src, rows_from, _PTO_MERGE_ROWS, name="tok")
     blk = _PtoBlock(loop, rows_from)
-    br = blk.rows
-    h_tile = [br, max(heads, 8)]
-    o_tile = _pto_vec_tile((br, heads, hd), 4)
+    mg = _PtoMerge(blk, [blk.rows, 1] if csa else [blk.rows], heads, hd)
     with loop.loop():
-        _pto_scope(src, 1)  # one fused vector subgraph per row block
         if csa:
-            _pto_load_item(blk, m, l, o, 0, heads, hd, o_tile)
+            mg.load_item(m, l, o, 0)
             src("m_acc = mi")
             src("l_acc = li")
             src("o_acc = oi")
             first, parts = 1, (m, l, o)
         else:
-            _pto_set_tile(src, h_tile)
+            _pto_set_tile(src, mg.h_tile)
             src(f"m_acc = {loop.view(m)}")
             src(f"l_acc = {loop.view(l)}")
-            _pto_set_tile(src, o_tile)
+            _pto_set_tile(src, mg.o_tile)
             src(f"o_acc = {loop.view(hs)}")
             first, parts = 0, (cm, cl, co)
         for i in range(first, items):
-            _pto_load_item(blk, *parts, i, heads, hd, o_tile)
-            _pto_merge_partial(blk, heads, h_tile, o_tile)
-        _pto_sink_normalize(blk, sink, heads, h_tile, o_tile)
+            mg.load_item(*parts, i)
+            mg.merge()
+        mg.sink_normalize(sink)
         if pack:
-            _pto_derotate_pack(blk, heads, hd, cos_il, sin_signed, swap, out, int(spec.attrs["o_groups"]), o_tile)
+            mg.derotate_pack(cos_il, sin_signed, "swi" if swap is None else swap.name, out,
+                             int(spec.attrs["o_groups"]))
         else:
             loop.store("y", out)
-        _pto_scope(src, -1)
     return src.text()
 
 
@@ -712,15 +838,13 @@ def pypto_hca_stream_pack(spec: KernelSpec) -> str:
     out = spec.results[0]
     _, heads, hd = hs.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, hs, _pto_rows_whole_tile(heads * hd), name="tok")
+    loop = RowLoop(src, hs, _PTO_MERGE_ROWS, name="tok")
     blk = _PtoBlock(loop, hs)
-    o_tile = _pto_vec_tile((blk.rows, heads, hd), 4)
+    mg = _PtoMerge(blk, [blk.rows], heads, hd)
     with loop.loop():
-        _pto_scope(src, 1)
-        _pto_set_tile(src, o_tile)
+        _pto_set_tile(src, mg.o_tile)
         src(f"y = {loop.view(hs)}")
-        _pto_derotate_pack(blk, heads, hd, cos_il, sin_signed, swap, out, int(spec.attrs["o_groups"]), o_tile)
-        _pto_scope(src, -1)
+        mg.derotate_pack(cos_il, sin_signed, swap.name, out, int(spec.attrs["o_groups"]))
     return src.text()
 
 
@@ -747,7 +871,7 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"pf = {cast_expr(pos.name, pos.dtype, 'f32')}")
     _pto_set_tile(src, [t_n, 8])
     src(f"lim = pypto.add(pypto.reshape(pf, [{t_n}, 1]), 1.0)")
-    wide = _pto_vec_tile((t_n, k), 4)
+    wide = _pto_big_tile((t_n, k))
     _pto_set_tile(src, wide)
     src(f"rf = {cast_expr(f'pypto.view({topk.name}, [{t_n}, {k}], [0, 0])', topk.dtype, 'f32')}")
     src(f"need = pypto.mul(pypto.add(rf, 1.0), {float(ratio)!r})")
@@ -770,13 +894,13 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"ci = {cast_expr('physf', 'f32', 'i32')}")
     src(f"pypto.assemble(ci, [0, 0], {cidx_out.name})")
     src("vc = pypto.where(pypto.ge(physf, 0.0), 1.0, 0.0)")
-    _pto_set_tile(src, _pto_vec_tile((t_n, w), 4))
+    _pto_set_tile(src, _pto_big_tile((t_n, w)))
     src(f"vw = pypto.where(pypto.ge({cast_expr(swa.name, swa.dtype, 'f32')}, 0.0), 1.0, 0.0)")
-    _pto_set_tile(src, _pto_vec_tile((t_n, w + k), 4))
+    _pto_set_tile(src, _pto_big_tile((t_n, w + k)))
     src("va = pypto.concat([vw, vc], -1)")
     src(f"bias = pypto.where(pypto.ge(va, 0.5), 0.0, {_PTO_NEG!r})")
     src(f"pypto.assemble(bias, [0, 0], {bias_out.name})")
-    _pto_set_tile(src, _pto_vec_tile((t_n, blocks, kt), 4))
+    _pto_set_tile(src, _pto_big_tile((t_n, blocks, kt)))
     src(f"va3 = pypto.reshape(va, [{t_n}, {blocks}, {kt}])")
     src("ne3 = pypto.amax(va3, -1, keepdim=True)")
     src(f"ne = pypto.reshape(ne3, [{t_n}, {blocks}])")
@@ -793,7 +917,7 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
 
 
 PYPTO_TEMPLATES = {
-    "kv_touch": pypto_copy, "o_local_bridge": pypto_copy,
+    "kv_touch": pypto_kv_touch, "o_local_bridge": pypto_copy,
     "kv_cache_writeback": pypto_kv_cache_writeback,
     "csa_slots_build_valid_qk_plan": pypto_csa_slots_build_valid_qk_plan,
     "csa_qk_pv": pypto_csa_qk_pv,
