@@ -1,6 +1,6 @@
 """Independent numpy references of the DeepSeek-V4-Flash (DSpark) decode layers.
 
-Written from /work/shared/notes/dsv4-math.md (the spec) and dspark-model.md; imports numpy and ml_dtypes only.
+Written from the shared notes dsv4-math.md (the spec) and dspark-model.md; imports numpy and ml_dtypes only.
 Entry points: `config_by_name`, `make_inputs` / `make_rank_inputs`, `run_layer` / `run_layer_ranks`
 (or `decode_swa|csa|hca`, `moe_layer` and their `_tp` / `_ep` forms), `compare.check`.
 """
