@@ -13,7 +13,7 @@ import hashlib
 import heapq
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter, eq, is_
+from operator import attrgetter, is_
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import networkx as nx
@@ -145,7 +145,7 @@ class Graph:
 
     def set_returns(self, values: Iterable[Value]) -> None:
         self.returns = list(values)
-        self._version += 1          # returns are not part of the users index or the topological order
+        self._moved_on()            # returns are not part of the users index or the topological order
 
     def _result_names(self, opdef: type[OpDef], names: str | Sequence[str]) -> list[str]:
         if not isinstance(names, str):
@@ -251,7 +251,14 @@ class Graph:
 
     def touch(self) -> None:
         """Record a change that affects neither edges nor names (attributes): only the version moves."""
+        self._moved_on()
+
+    def _moved_on(self) -> None:
+        """A new version with the same nodes and edges: the topological order stays."""
+        current = self._topo is not None and self._topo[0] == self._version
         self._version += 1
+        if current:
+            self._topo = (self._version, *self._topo[1:])
 
     def invalidate(self) -> None:
         """Forget derived indexes; call after editing a node's operands, deps or attrs in place."""
@@ -467,8 +474,8 @@ class Graph:
         that compare nodes. Remembered per dict while it holds the same value objects, when those are immutable
         (then they format the same): most nodes keep theirs from one pass to the next."""
         known = self._attr_keys.get(id(attrs))
-        if known is not None and known[0] is attrs and len(attrs) == len(known[1]) \
-                and all(map(eq, known[1], attrs)) and all(map(is_, known[2], attrs.values())):
+        if known is not None and known[0] is attrs and tuple(attrs) == known[1] \
+                and all(map(is_, known[2], attrs.values())):
             return known[3]
         names, values = tuple(attrs), tuple(attrs.values())
         key = tuple(sorted(zip(names, map(format_attr_value, values))))

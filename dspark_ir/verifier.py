@@ -85,6 +85,20 @@ class _Rule:
         self.opdef, self.types, self.values = opdef, types, values   # held: the ids in its key stay theirs
         self.inferred: list[TensorType] | None = None
         self.axes: list | None = None
+        self._same: dict[tuple[int, int], tuple] = {}   # (result, id(declared type)) → (type, _same_type)
+        self._extents: dict[int, int | None] = {}        # tiled axis → its extent's value
+
+    def same_type(self, r: int, declared: TensorType, env: dict[str, int]) -> bool:
+        """_same_type(declared, the inferred type of result r, env)."""
+        known = self._same.get((r, id(declared)))
+        if known is None or known[0] is not declared:
+            known = self._same[(r, id(declared))] = (declared, _same_type(declared, self.inferred[r], env))
+        return known[1]
+
+    def extent(self, axis: int, env: dict[str, int]) -> int | None:
+        if axis not in self._extents:
+            self._extents[axis] = self.axes[axis][1].value(env)
+        return self._extents[axis]
 
     def infer(self, node: Node) -> list[TensorType]:
         """Raises ShapeError."""
@@ -105,6 +119,14 @@ class _Rules:
 
     def __init__(self):
         self._known: dict[tuple, _Rule] = {}
+        self._unknown: dict[int, tuple] = {}     # id(type) → (type, its undeclared symbols)
+
+    def undeclared(self, t: TensorType, declared: set[str]) -> frozenset[str]:
+        """t.symbols() - declared (the graph's symbols: the same throughout a check)."""
+        known = self._unknown.get(id(t))
+        if known is None or known[0] is not t:
+            known = self._unknown[id(t)] = (t, t.symbols() - declared)
+        return known[1]
 
     def of(self, node: Node) -> _Rule:
         opdef, types, values = node.opdef, [v.type for v in node.operands], tuple(node.attrs.values())
@@ -123,11 +145,11 @@ def _check_node(g: Graph, node: Node, env: dict[str, int], declared_symbols: set
     except ShapeError as e:
         yield _err(e.message, node.where)
         return
-    for v, expected in zip(node.results, inferred):
-        unknown = v.type.symbols() - declared_symbols
+    for r, (v, expected) in enumerate(zip(node.results, inferred)):
+        unknown = rules.undeclared(v.type, declared_symbols)
         if unknown:
             yield _err(f"result %{v.name} uses undeclared symbol '{sorted(unknown)[0]}'", node.where)
-        if not _same_type(v.type, expected, env):
+        if not rule.same_type(r, v.type, env):
             yield _err(f"result %{v.name} has type {v.type} but {node.op} gives {expected}", node.where)
     if len(inferred) != len(node.results):
         yield _err(f"{node.op} gives {len(inferred)} results, {len(node.results)} declared", node.where)
@@ -146,11 +168,11 @@ def _check_tiles(node: Node, rule: _Rule, env: dict[str, int]) -> Iterator[Verif
         names = ", ".join(a for a, _ in axes) or "none"
         yield _err(f"tile has {len(tile)} entries but {node.op} tiles {len(axes)} axes ({names})", node.where)
         return
-    for (axis, extent), size in zip(axes, tile):
+    for i, ((axis, _), size) in enumerate(zip(axes, tile)):
         if size <= 0:
             yield _err(f"tile size for axis '{axis}' must be positive, got {size}", node.where)
             continue
-        n = extent.value(env)
+        n = rule.extent(i, env)
         if n is None or n % size == 0 or node.attrs.get("tail") == "clamp":
             continue
         yield _err(f"tile {size} does not divide axis '{axis}' = {n} (declare tail = clamp)", node.where)

@@ -64,6 +64,7 @@ class _Builder:
         self._writers_memo: dict[str, Node] | None = None
         self._types: dict[int, tuple] = {}     # id(type) → (type, concrete shape, dim texts); types are shared
         self._alias_memo: dict[tuple, dict[int, int]] = {}
+        self._dim_values: dict[int, tuple] = {}   # id(dim) → (dim, its value)
 
     # ---- driver ---------------------------------------------------------------------------------
     def build(self) -> TaskGraph:
@@ -252,18 +253,27 @@ class _Builder:
 
     # ---- tasks ----------------------------------------------------------------------------------
     def _attrs(self, node: Node) -> dict[str, Any]:
-        return {k: _concrete(v, self.env, node) for k, v in node.attrs.items()}
+        return {k: self._concrete(v, node) for k, v in node.attrs.items()}
+
+    def _concrete(self, value: Any, node: Node) -> Any:
+        """_concrete(value, env, node), once per dim (the layers share them)."""
+        if not isinstance(value, Dim):
+            return _concrete(value, self.env, node)
+        known = self._dim_values.get(id(value))
+        if known is None or known[0] is not value:
+            known = self._dim_values[id(value)] = (value, _concrete(value, self.env, node))
+        return known[1]
 
     def _make_task(self, tid: int, node: Node) -> Task:
         opdef = node.opdef
         attrs = self._attrs(node)
         if self.kind[node.name] == "dummy":
             return Task(tid, node.name, node.op, "dummy", "none", 1, [], attrs, opdef.reference or "",
-                        opdef.family, "", _results(node, self._aliases(node)), sched=str(attrs.get("sched") or ""))
+                        opdef.family, "", self._results(node), sched=str(attrs.get("sched") or ""))
         core = opdef.core_of(node.attrs)
         return Task(
             tid, node.name, node.op, "kernel", "vector" if core == "none" else core, int(attrs.get("blocks", 1)),
-            self._args(node), attrs, opdef.reference or "", opdef.family, "", _results(node, self._aliases(node)),
+            self._args(node), attrs, opdef.reference or "", opdef.family, "", self._results(node),
             operands=len(node.operands), collective=bool(opdef.collective), accumulate=str(attrs.get("accumulate", "none")),
             sched=str(attrs.get("sched") or ""))
 
@@ -284,6 +294,11 @@ class _Builder:
             name = opdef.results[r] if r < len(opdef.results) else f"out{r}"
             args.append(Arg(name, v.name, "out", self._dtype(v.type), self._view(v), r, self._dims(v.type)))
         return args
+
+    def _results(self, node: Node) -> list[dict]:
+        aliases = self._aliases(node)
+        return [{"value": v.name, "alias": aliases.get(r), "token": v.type.is_token, "dtype": self._dtype(v.type)}
+                for r, v in enumerate(node.results)]
 
     def _producers(self, v: Value, memo: dict[str, frozenset[int]]) -> frozenset[int]:
         if v.name in memo:
@@ -344,11 +359,6 @@ def _side_effect_operands(node: Node) -> set[int]:
 def _aliases(node: Node) -> dict[int, int]:
     """The op's in-place aliases that apply to this node (an optional operand may be absent)."""
     return {r: o for r, o in node.opdef.aliases.items() if o < len(node.operands) and r < len(node.results)}
-
-
-def _results(node: Node, aliases: dict[int, int]) -> list[dict]:
-    return [{"value": v.name, "alias": aliases.get(r), "token": v.type.is_token,
-             "dtype": v.type.dtype.value} for r, v in enumerate(node.results)]
 
 
 def _operand_name(node: Node, i: int) -> str:

@@ -7,8 +7,8 @@ symbol (the token count `T` by default): the template then loops over it with `p
 
 A model's layers repeat the same kernels under other names, so `kernel_body` generates each distinct kernel
 (the spec but its name) once per task graph and renames it for the others: a template uses `spec.name` as
-the function's name only. The first time, the kernel is also generated under a probe name, and it is kept
-for renaming only when that gives the very same source.
+the function's name only. When a kernel comes again, it is generated once more under a probe name, and the
+probe is kept for renaming only when renaming it gives the very same source as the first one.
 """
 from __future__ import annotations
 
@@ -87,20 +87,22 @@ def kernel_spec(task: Task, runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS) ->
 
 def kernel_body(task: Task, runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS, known: dict | None = None) -> str | None:
     """The generated function source, or None when the op has no template. `known`: the kernels generated so far
-    (a task graph's `bodies`), to rename instead of generating again."""
+    (a task graph's `bodies`: kernel key → (spec, source) of the first, then its probe or ""), to rename."""
     template = find_template(task)
     if template is None:
         return None
     if known is None:
         return template(kernel_spec(task, runtime_symbols))
     key = _kernel_key(template, task, tuple(runtime_symbols))
-    probed = known.get(key)
-    if probed is None:
+    first = known.get(key)
+    if first is None:                  # the first of its kind: keep it, to rename for the next one
         spec = kernel_spec(task, runtime_symbols)
         source = template(spec)
-        known[key] = _probe(template, spec, source)
+        known[key] = (spec, source)
         return source
-    return probed.replace(_PROBE, task.kernel) if probed else template(kernel_spec(task, runtime_symbols))
+    if isinstance(first, tuple):       # the second: is renaming the first one's source right?
+        first = known[key] = _probe(template, *first)
+    return first.replace(_PROBE, task.kernel) if first else template(kernel_spec(task, runtime_symbols))
 
 
 def _kernel_key(template: Template, task: Task, runtime: tuple[str, ...]) -> tuple:

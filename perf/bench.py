@@ -4,7 +4,8 @@
     print(bench_table(results))
 
 Each case starts from the graph's .dsir text (printed once, untimed) and times, best of `repeat` runs (CPU
-seconds of this process by default, so other load on a shared machine does not count; `cpu=False` for wall):
+seconds of this process by default, so other load on a shared machine does not count; `cpu=False` for wall;
+the runs go round robin over the cases):
   parse     `parse_graph(text)` (the printer's layout read by dspark_ir/text/fastparse.py, else the lark grammar)
   passes    `run_pipeline` with the default pipeline (`ctx_factory` gives the PassContext; the CLI's default
             verifies once at the end, `--verify-each` after every pass)
@@ -13,8 +14,8 @@ seconds of this process by default, so other load on a shared machine does not c
             a kernel the layers repeat is generated once per task graph and renamed, see lowering/codegen.py)
 Cases: each attention layer kind alone, one decoder layer (CSA attention + MoE), the full model
 (`perf.model.model_graph`: 43 decoder layers, attention + MoE each) and the model twice over (86 layers).
-The ratios (full / one decoder layer, doubled / full) are computed from the same run, so machine load
-affects numerator and denominator alike.
+The ratios (full / one decoder layer, doubled / full) are computed from the same run, and its cases take turns,
+so machine load affects numerator and denominator alike.
 """
 from __future__ import annotations
 
@@ -76,10 +77,19 @@ def bench_case(name: str, graph, repeat: int = 3, ctx_factory=None, cpu: bool = 
     text = print_graph(graph)
     case = BenchCase(name, len(graph))
     for _ in range(max(1, repeat)):
-        gc.collect()
-        times, (_g, tg) = compile_once(text, ctx_factory, cpu=cpu)
-        case.runs.append(times)
-        case.tasks, case.kernels = len(tg), len(tg.kernels)
+        _run(case, text, ctx_factory, cpu)
+    return _finished(case)
+
+
+def _run(case: BenchCase, text: str, ctx_factory, cpu: bool) -> None:
+    """One timed compile of the case (nothing of the previous one alive)."""
+    gc.collect()
+    times, (_g, tg) = compile_once(text, ctx_factory, cpu=cpu)
+    case.runs.append(times)
+    case.tasks, case.kernels = len(tg), len(tg.kernels)
+
+
+def _finished(case: BenchCase) -> BenchCase:
     case.seconds = {s: min(r[s] for r in case.runs) for s in STAGES}
     return case
 
@@ -123,26 +133,30 @@ class BenchResult:
 def run_bench(config: str = "flash", *, repeat: int = 3, model: bool = True, doubled: bool = True,
               kinds: bool = True, ctx_factory=None, cpu: bool = True,
               progress: Callable[[str], None] | None = None) -> BenchResult:
-    from dspark_ir import layers
+    from dspark_ir import layers, print_graph
 
     from .model import model_graph
 
-    cases = []
-
-    def add(name: str, build):
-        if progress:
-            progress(name)
-        cases.append(bench_case(name, build(), repeat, ctx_factory, cpu))
-
+    builds = []
     if kinds:
-        for kind in ("decode-swa", "decode-hca", "decode-csa", "moe"):
-            add(kind, lambda kind=kind: layers.build(kind, config=config))
-    add("decoder layer", lambda: _decoder_layer(config))
+        builds += [(kind, lambda kind=kind: layers.build(kind, config=config))
+                   for kind in ("decode-swa", "decode-hca", "decode-csa", "moe")]
+    builds.append(("decoder layer", lambda: _decoder_layer(config)))
     if model:
-        add("model", lambda: model_graph(config))
+        builds.append(("model", lambda: model_graph(config)))
         if doubled:
-            add("model x2", lambda: model_graph(config, repeat=2))
-    return BenchResult(config, cases, clock="CPU" if cpu else "wall-clock")
+            builds.append(("model x2", lambda: model_graph(config, repeat=2)))
+    cases, texts = [], []
+    for name, build in builds:
+        graph = build()
+        cases.append(BenchCase(name, len(graph)))
+        texts.append(print_graph(graph))
+    for round_ in range(max(1, repeat)):       # round robin: a change in the machine's load hits every case
+        for case, text in zip(cases, texts):
+            if progress and round_ == 0:
+                progress(case.name)
+            _run(case, text, ctx_factory, cpu)
+    return BenchResult(config, [_finished(c) for c in cases], clock="CPU" if cpu else "wall-clock")
 
 
 def _decoder_layer(config: str):
