@@ -6,6 +6,8 @@ from typing import Sequence
 
 from dspark_ir.graph import Graph, Node, Value
 
+from .base import Skip
+
 
 _PRODUCER = attrgetter("producer")
 
@@ -61,3 +63,14 @@ def erase_if_dead(g: Graph, node: Node) -> bool:
         g.remove_node(node)
         return True
     return False
+
+
+def selected(node: Node, names: Sequence[str]) -> bool:
+    """`names` lists op kinds, stage names (the node name after its block, `kv_proj_matmul`) or full node names."""
+    stage = node.name.split(".", 1)[-1]
+    return node.op in names or stage in names or node.name in names
+
+
+def match_or_skip(node: Node, verdict):
+    """A pass's `_check` returns its site, or a string saying why the node does not qualify: the latter is a Skip."""
+    return Skip(node.name, verdict) if isinstance(verdict, str) else verdict

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, Skip, register_pass
+from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
-from .rewriting import set_attrs
+from .rewriting import match_or_skip, selected, set_attrs
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class SplitMFanout(Pass):
             if node.op != "matmul":
                 continue
             verdict = self._check(g, node)
-            yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+            yield match_or_skip(node, verdict)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         node, site = site.node, self._check(g, site.node)
@@ -77,7 +77,7 @@ class SplitMFanout(Pass):
 
     def _check(self, g: Graph, node: Node) -> Site | str:
         """The site, or why this matmul is not one."""
-        if self.ops and not _selected(node, self.ops):
+        if self.ops and not selected(node, self.ops):
             return f"not selected by ops=[{','.join(self.ops)}]"
         if self.ways < 2:
             return f"ways = {self.ways}: nothing to split"
@@ -101,8 +101,3 @@ class SplitMFanout(Pass):
         ways = -(-m_tiles // per_block)
         return Site(node, ways, per_block, ragged=m_tiles % per_block != 0)
 
-
-def _selected(node: Node, names: tuple[str, ...]) -> bool:
-    """`names` lists stage names (`kv_proj_matmul`), full node names or op kinds."""
-    stage = node.name.split(".", 1)[-1]
-    return stage in names or node.name in names or node.op in names

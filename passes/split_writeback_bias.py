@@ -8,7 +8,7 @@ from dspark_ir.graph import Graph, Node, Value
 
 from .base import Pass, RewriteRecord, Skip, register_pass
 from .contracts import BITWISE
-from .rewriting import replace_node, set_deps
+from .rewriting import match_or_skip, replace_node, set_deps
 
 FUSED = "swa_cache_insert_valid_bias"
 SEPARATE_WRITEBACKS = ("kv_cache_writeback", "swa_cache_writeback")
@@ -61,7 +61,7 @@ class SplitWritebackBias(Pass):
                 yield Skip(node.name, "already a separate cache writeback task (no fused valid bias to split)")
             elif node.op == FUSED:
                 verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+                yield match_or_skip(node, verdict)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         node, site = site.node, self._check(g, site.node)

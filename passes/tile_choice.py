@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, Skip, register_pass
+from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
-from .rewriting import set_attrs
+from .rewriting import match_or_skip, selected, set_attrs
 
 L0A_BYTES = 64 * 1024       # left-operand tile buffer of one AIC (pypto A2A3.ini l0_a_size)
 L0C_BYTES = 128 * 1024      # fp32/int32 accumulator tile buffer (l0_c_size)
@@ -59,10 +59,10 @@ class TileChoice(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if not _selected(node, self.ops):
+            if not selected(node, self.ops):
                 continue
             verdict = self._check(g, node)
-            yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+            yield match_or_skip(node, verdict)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         site = self._check(g, site.node)
@@ -127,7 +127,3 @@ def _shapes(g: Graph, node: Node):
         return f"extents not bound (M = {a.shape[0]}, K = {a.shape[1]}, N = {n_dim})"
     return m, k, n, a.dtype.itemsize, b.dtype.itemsize
 
-
-def _selected(node: Node, names: tuple[str, ...]) -> bool:
-    stage = node.name.split(".", 1)[-1]
-    return node.op in names or stage in names or node.name in names

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
 
-from .base import Pass, RewriteRecord, Skip, register_pass
+from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
+from .rewriting import match_or_skip, selected
 
 WORK_F32_ROWS = 2   # hidden f32 working rows per tile row (squares, normalised values) in the UB estimate
 
@@ -58,10 +59,10 @@ class WidenTile(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if not _selected(node, self.ops):
+            if not selected(node, self.ops):
                 continue
             verdict = self._check(g, node)
-            yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+            yield match_or_skip(node, verdict)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         site = self._check(g, site.node)
@@ -101,11 +102,6 @@ class WidenTile(Pass):
                 found[p.name] = p
         return tuple(found.values())
 
-
-def _selected(node: Node, names: tuple[str, ...]) -> bool:
-    """`names` lists op kinds, stage names (the node name after its block) or full node names."""
-    stage = node.name.split(".", 1)[-1]
-    return node.op in names or stage in names or node.name in names
 
 
 def _row_extent(g: Graph, node: Node) -> int | str:
