@@ -160,6 +160,48 @@ def _pto_vec_tile(shape, itemsize: int) -> list[int]:
     return [_pto_divisor(e, t) for e, t in zip(shape[:-1], tile[:-1])] + tile[-1:]
 
 
+def _pto_namer(tag: str):
+    """fresh() -> `tag1`, `tag2`, ...: the temporaries of one emitted reduction."""
+    counter = [0]
+
+    def fresh() -> str:
+        counter[0] += 1
+        return f"{tag}{counter[0]}"
+    return fresh
+
+
+def _pto_pairwise_tree(src: Src, fresh, view, x: str, off: int, m: int) -> str:
+    """Emit numpy's float32 pairwise_sum (loops_utils) of the m "elements" of `x` from `off`, bitwise in its
+    order: < 8 a plain chain, ≤ 128 eight accumulators then their tree, else the halves (cut at a multiple of
+    8). `view(t, off, k)` is the expression of k consecutive elements of `t` from `off`; returns the result's
+    name."""
+    res = fresh()
+    if m < 8:
+        src(f"{res} = {view(x, off, 1)}")
+        for i in range(1, m):
+            src(f"{res} = pypto.add({res}, {view(x, off + i, 1)})")
+        return res
+    if m <= 128:
+        acc = fresh()
+        src(f"{acc} = {view(x, off, 8)}")
+        i = 8
+        while i < m - (m % 8):
+            src(f"{acc} = pypto.add({acc}, {view(x, off + i, 8)})")
+            i += 8
+        r = [view(acc, k, 1) for k in range(8)]
+        src(f"{res} = pypto.add(pypto.add(pypto.add({r[0]}, {r[1]}), pypto.add({r[2]}, {r[3]})), "
+            f"pypto.add(pypto.add({r[4]}, {r[5]}), pypto.add({r[6]}, {r[7]})))")
+        for j in range(i, m):
+            src(f"{res} = pypto.add({res}, {view(x, off + j, 1)})")
+        return res
+    half = m // 2
+    half -= half % 8
+    a = _pto_pairwise_tree(src, fresh, view, x, off, half)
+    b = _pto_pairwise_tree(src, fresh, view, x, off + half, m - half)
+    src(f"{res} = pypto.add({a}, {b})")
+    return res
+
+
 def _pto_pairwise_sum(blk: _PtoBlock, x: str, lead, n: int, out: str, wide_tile, tag: str = "ps",
                       side_by_side: bool = True) -> None:
     """`out` = numpy's float32 sum of the last axis (width n) of the block-local f32 tensor `x` [*lead, n],
@@ -172,41 +214,13 @@ def _pto_pairwise_sum(blk: _PtoBlock, x: str, lead, n: int, out: str, wide_tile,
     rank = len(lead) + 1
     zeros = [0] * len(lead)
     narrow = _pto_lead_tile(lead) + [8]
-    counter = [0]
+    fresh = _pto_namer(tag)
 
-    def fresh() -> str:
-        counter[0] += 1
-        return f"{tag}{counter[0]}"
-
-    def col(t: str, off: int) -> str:
-        return blk.sub(t, lead, zeros + [off], 1)
+    def view(t: str, off: int, k: int) -> str:
+        return blk.sub(t, lead, zeros + [off], k)
 
     def block(off: int, m: int) -> str:
-        res = fresh()
-        if m < 8:
-            src(f"{res} = {col(x, off)}")
-            for i in range(1, m):
-                src(f"{res} = pypto.add({res}, {col(x, off + i)})")
-            return res
-        if m <= 128:
-            acc = fresh()
-            src(f"{acc} = {blk.sub(x, lead, zeros + [off], 8)}")
-            i = 8
-            while i < m - (m % 8):
-                src(f"{acc} = pypto.add({acc}, {blk.sub(x, lead, zeros + [off + i], 8)})")
-                i += 8
-            r = [col(acc, k) for k in range(8)]
-            src(f"{res} = pypto.add(pypto.add(pypto.add({r[0]}, {r[1]}), pypto.add({r[2]}, {r[3]})), "
-                f"pypto.add(pypto.add({r[4]}, {r[5]}), pypto.add({r[6]}, {r[7]})))")
-            for j in range(i, m):
-                src(f"{res} = pypto.add({res}, {col(x, off + j)})")
-            return res
-        half = m // 2
-        half -= half % 8
-        a = block(off, half)
-        b = block(off + half, m - half)
-        src(f"{res} = pypto.add({a}, {b})")
-        return res
+        return _pto_pairwise_tree(src, fresh, view, x, off, m)
 
     def blocks128(nb: int) -> str:
         """n = 128·nb with nb a power of two: numpy halves down to nb equal 128-blocks, so their 8-wide
@@ -327,41 +341,13 @@ def _pto_tile2(src: Src, rows: int, width: int, budget: int = 16384) -> None:
 def _pto_pairwise_rows(src: Src, x_t: str, n: int, cols: int, tag: str) -> str:
     """numpy's float32 pairwise sum over the ROWS of the f32 tensor `x_t` [n, cols] (each column one reduced
     vector): returns the name of a [1, cols] row. Every "element" of numpy's recursion is a [1, cols] row."""
-    counter = [0]
-
-    def fresh() -> str:
-        counter[0] += 1
-        return f"{tag}{counter[0]}"
+    fresh = _pto_namer(tag)
 
     def rows(t: str, off: int, k: int) -> str:
         return f"pypto.view({t}, [{k}, {cols}], [{off}, 0])"
 
     def block(off: int, m: int) -> str:
-        res = fresh()
-        if m < 8:
-            src(f"{res} = {rows(x_t, off, 1)}")
-            for i in range(1, m):
-                src(f"{res} = pypto.add({res}, {rows(x_t, off + i, 1)})")
-            return res
-        if m <= 128:
-            acc = fresh()
-            src(f"{acc} = {rows(x_t, off, 8)}")
-            i = 8
-            while i < m - (m % 8):
-                src(f"{acc} = pypto.add({acc}, {rows(x_t, off + i, 8)})")
-                i += 8
-            r = [rows(acc, k, 1) for k in range(8)]
-            src(f"{res} = pypto.add(pypto.add(pypto.add({r[0]}, {r[1]}), pypto.add({r[2]}, {r[3]})), "
-                f"pypto.add(pypto.add({r[4]}, {r[5]}), pypto.add({r[6]}, {r[7]})))")
-            for j in range(i, m):
-                src(f"{res} = pypto.add({res}, {rows(x_t, off + j, 1)})")
-            return res
-        half = m // 2
-        half -= half % 8
-        a = block(off, half)
-        b = block(off + half, m - half)
-        src(f"{res} = pypto.add({a}, {b})")
-        return res
+        return _pto_pairwise_tree(src, fresh, rows, x_t, off, m)
 
     src(f"pypto.set_vec_tile_shapes(8, {_pto_align(min(cols, 2048), 8)})")
     return block(0, n)
