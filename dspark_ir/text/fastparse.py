@@ -21,6 +21,7 @@ from ..errors import DsparkError
 from ..graph import Graph, Node, Value
 from ..ops import OP_REGISTRY, get_op
 from ..types import TOKEN, TensorType, dtype
+from .plain import plain
 
 MAX_INT = 2**63 - 1
 MAX_DIM_TOKENS = 100   # a dim this short nests less deep than the lark path's limit (MAX_DIM_DEPTH)
@@ -114,7 +115,7 @@ class _Reader:
         self.params(g)
         if self.text.startswith("attributes", self.pos):
             attr_text = self.match(_ATTRIBUTES).group(1)
-            g.attributes = {k: _plain(v) for k, v in _Values(attr_text).attr_dict().items()}
+            g.attributes = {k: plain(v) for k, v in _Values(attr_text).attr_dict().items()}
         self.expect("{")
         pending = []
         self.skip()
@@ -210,17 +211,6 @@ def _int(text: str) -> int:
     if len(text) > 19 or int(text) > MAX_INT:
         raise Unsupported("integer literal out of range")
     return int(text)
-
-
-def _plain(value: Any) -> Any:
-    """Graph attributes are plain Python values (as parser._plain)."""
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, D.Const):
-        return value.n
-    if isinstance(value, D.Sym):
-        return {"true": True, "false": False}.get(value.name, value.name)
-    return value
 
 
 # ---- attribute values, types and dims ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from ..graph import Graph, Module, Node, Value
 from ..ops import OP_REGISTRY, get_op, load_all
 from ..types import TOKEN, TensorType, dtype
 from .fastparse import Unsupported, parse_fast
+from .plain import plain
 
 GRAMMAR = Path(__file__).with_name("dsir.lark")
 
@@ -201,17 +202,6 @@ def _call(t: Tree, filename: str, depth: int) -> D.Dim:
 
 
 # ---- graphs -------------------------------------------------------------------------------------
-def _plain(value: Any) -> Any:
-    """Graph attributes are plain Python values: integers, booleans, names as strings, lists."""
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, D.Const):
-        return value.n
-    if isinstance(value, D.Sym):
-        return {"true": True, "false": False}.get(value.name, value.name)
-    return value
-
-
 class _GraphBuilder:
     def __init__(self, filename: str):
         self.filename = filename
@@ -230,7 +220,7 @@ class _GraphBuilder:
             elif child.data == "params":
                 self._params(g, child)
             elif child.data == "graph_attrs":
-                g.attributes = {k: _plain(v) for k, v in self._attrs(child.children[0]).items()}
+                g.attributes = {k: plain(v) for k, v in self._attrs(child.children[0]).items()}
             elif child.data == "stmt":
                 stmts.append(child)
             elif child.data == "ret":
