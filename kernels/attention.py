@@ -119,19 +119,25 @@ from .qkv import (_PtoBlock, _pto_fusible, _pto_lead_tile, _pto_pairwise_sum, _p
 _PTO_NEG_INF_ATTN = -1.0e20
 
 
-def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
-    kv, _cache_in, slots, lens = spec.operands
-    cache, bias = spec.results
+def pto_scatter_slots(src: Src, kv, slots, cache, loop_name: str) -> None:
+    """Emit the serial slot scatter: row t of `kv` to row slots[t] of `cache` (in place), slot −1 skipped,
+    in token order (so the last of duplicate slots wins, as in the reference)."""
     d = kv.shape[1]
-    window = int(spec.attrs["window"])
-    src = Src(spec.signature())
     n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
     src(f"tokens = {n}")
     _pto_set_tile(src, [1, d])
-    with src.block('for t in pypto.loop(0, tokens, 1, name="insert_loop", idx_name="t"):'):
+    with src.block(f'for t in pypto.loop(0, tokens, 1, name="{loop_name}", idx_name="t"):'):
         src(f"slot = {slots.name}[t]")
         with src.block("if slot >= 0:"):
             src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+
+
+def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
+    kv, _cache_in, slots, lens = spec.operands
+    cache, bias = spec.results
+    window = int(spec.attrs["window"])
+    src = Src(spec.signature())
+    pto_scatter_slots(src, kv, slots, cache, "insert_loop")
     loop = RowLoop(src, lens, 32)
     blk = _PtoBlock(loop, lens)
     br = blk.rows
@@ -291,15 +297,8 @@ PYPTO_TEMPLATES = {
 def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
     kv, _cache_in, slots = spec.operands
     (cache,) = spec.results
-    d = kv.shape[1]
     src = Src(spec.signature())
-    n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
-    src(f"tokens = {n}")
-    _pto_set_tile(src, [1, d])
-    with src.block('for t in pypto.loop(0, tokens, 1, name="writeback_loop", idx_name="t"):'):
-        src(f"slot = {slots.name}[t]")
-        with src.block("if slot >= 0:"):
-            src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+    pto_scatter_slots(src, kv, slots, cache, "writeback_loop")
     return src.text()
 
 

@@ -234,6 +234,7 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
+from .attention import pto_scatter_slots  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
 
@@ -289,15 +290,8 @@ def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
     Only the written rows are stored: the caller passes the same buffer as kv_cache_in and kv_cache."""
     kv, _cache_in, slots = spec.operands
     cache = spec.results[0]
-    d = kv.shape[1]
     src = Src(spec.signature())
-    n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
-    src(f"tokens = {n}")
-    _pto_set_tile(src, [1, d])
-    with src.block('for t in pypto.loop(0, tokens, 1, name="wb_loop", idx_name="t"):'):
-        src(f"slot = {slots.name}[t]")
-        with src.block("if slot >= 0:"):
-            src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
+    pto_scatter_slots(src, kv, slots, cache, "wb_loop")
     return src.text()
 
 
