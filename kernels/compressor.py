@@ -360,6 +360,17 @@ def _pto_floor(x: str, d: int, signed: bool = False) -> str:
     return f"pypto.sub({q}, {float(off)!r})" if off else q
 
 
+def _pto_token_table_rows(src: Src, table, batch: int, seq: int) -> None:
+    """`tbt` = f32 [batch·seq, pages]: every token's copy of its request's block-table row (for a gather by page)."""
+    pages = table.shape[1]
+    t_n = batch * seq
+    _pto_set_tile(src, [batch, max(pages, 8)])
+    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
+    _pto_set_tile(src, [batch, seq, max(pages, 8)])
+    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{batch}, 1, {pages}]), [{batch}, {seq}, {pages}])")
+    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
+
+
 def _pto_arange(src: Src, n: int, name: str) -> None:
     """`name` = f32 [1, n] holding 0 … n−1 (built under a 1-D tile: a rank-2 tile mis-lowers arange)."""
     _pto_set_tile(src, [max(8, min(n, 4096))])
@@ -404,11 +415,7 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
     src(f"prem = pypto.sub(pc, pypto.mul(pq, {float(bs)!r}))")
     src(f"amod = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
-    _pto_set_tile(src, [batch, max(pages, 8)])
-    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
-    _pto_set_tile(src, [batch, seq, max(pages, 8)])
-    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{batch}, 1, {pages}]), [{batch}, {seq}, {pages}])")
-    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
+    _pto_token_table_rows(src, table, batch, seq)
     _pto_set_tile(src, col)
     src(f"pg = pypto.gather(tbt, 1, pypto.cast(pcol, {_PTO_I32}))")
     src("okt = pypto.where(pypto.ge(pf, 0.0), pypto.where(pypto.ge(pg, 0.0), 1.0, 0.0), 0.0)")

@@ -235,6 +235,7 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
+from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
 
@@ -876,11 +877,7 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"rem = pypto.sub(rc, pypto.mul(pg, {float(bs)!r}))")
     src(f"keep = pypto.where(pypto.lt(pg, {float(pages)!r}), keep, 0.0)")
     src(f"pgi = pypto.cast(pypto.minimum(pg, {float(pages - 1)!r}), pypto.DT_INT32, pypto.CastMode.CAST_RINT)")
-    _pto_set_tile(src, [b_n, max(pages, 8)])
-    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
-    _pto_set_tile(src, [b_n, seq, max(pages, 8)])
-    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{b_n}, 1, {pages}]), [{b_n}, {seq}, {pages}])")
-    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
+    _pto_token_table_rows(src, table, b_n, seq)
     _pto_set_tile(src, wide)
     src("bv = pypto.gather(tbt, 1, pgi)")
     src("keep = pypto.where(pypto.ge(bv, 0.0), keep, 0.0)")
