@@ -132,23 +132,29 @@ def pto_scatter_slots(src: Src, kv, slots, cache, loop_name: str) -> None:
             src(f"pypto.assemble(pypto.clone(pypto.view({kv.name}, [1, {d}], [t, 0])), [slot, 0], {cache.name})")
 
 
-def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
-    kv, _cache_in, slots, lens = spec.operands
-    cache, bias = spec.results
-    window = int(spec.attrs["window"])
-    src = Src(spec.signature())
-    pto_scatter_slots(src, kv, slots, cache, "insert_loop")
+def pto_valid_bias_rows(src: Src, lens, bias, window: int) -> None:
+    """Emit the valid bias: per token row, 0 for window columns < lens[t], the attention mask value (−1e20) beyond,
+    in row blocks of 32 tokens, one subgraph per block (the bias is small)."""
     loop = RowLoop(src, lens, 32)
     blk = _PtoBlock(loop, lens)
     br = blk.rows
     with loop.loop():
-        _pto_scope(src, 1)  # one subgraph per row block (the bias is small)
+        _pto_scope(src, 1)
         _pto_set_tile(src, [br, max(window, 8)])
         src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
         src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
         src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
         loop.store("b", bias)
         _pto_scope(src, -1)
+
+
+def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
+    kv, _cache_in, slots, lens = spec.operands
+    cache, bias = spec.results
+    window = int(spec.attrs["window"])
+    src = Src(spec.signature())
+    pto_scatter_slots(src, kv, slots, cache, "insert_loop")
+    pto_valid_bias_rows(src, lens, bias, window)
     return src.text()
 
 
@@ -307,17 +313,7 @@ def pypto_swa_valid_bias(spec: KernelSpec) -> str:
     (bias,) = spec.results
     window = int(spec.attrs["window"])
     src = Src(spec.signature())
-    loop = RowLoop(src, lens, 32)
-    blk = _PtoBlock(loop, lens)
-    br = blk.rows
-    with loop.loop():
-        _pto_scope(src, 1)
-        _pto_set_tile(src, [br, max(window, 8)])
-        src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
-        src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
-        src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
-        loop.store("b", bias)
-        _pto_scope(src, -1)
+    pto_valid_bias_rows(src, lens, bias, window)
     return src.text()
 
 
