@@ -233,24 +233,18 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 #   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
+from .attn_pto import (_PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
+                       _pto_head_tile, _pto_swap_index, _pto_token_keys, _pto_token_partial, _pto_token_rows,
+                       _pto_token_tile, _PtoMerge)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
 
-_PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
-_PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
-_PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
-_PTO_QK_ROWS = 4         # tokens per loop iteration of the per-token tile partials
 
 PYPTO_UNSUPPORTED: dict[str, str] = {}
-
-
-def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:
-    """[rows, a divisor of heads, width]: the whole block's rows, as many heads as `elems` allows."""
-    return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
 
 
 def _pto_big_tile(shape, itemsize: int = 4) -> list[int]:
@@ -297,18 +291,6 @@ def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
 
 
 # ---- tile partials ----------------------------------------------------------------------------------------
-def _pto_cube_wide(m: int, k: int, n: int) -> str:
-    """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
-    L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
-    steps), so wide tiles mean few tasks."""
-    tm = min(128, max(16, -(-m // 16) * 16))
-    tn = min(512, max(16, -(-n // 16) * 16))
-    while tm * tn * 4 > 128 * 1024 and tn > 16:
-        tn //= 2
-    tk = min(512, max(16, -(-k // 16) * 16))
-    while (tm * tk * 2 > 64 * 1024 or tk * tn * 2 > 64 * 1024) and tk > 16:
-        tk //= 2
-    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
 
 
 def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) -> None:
@@ -322,78 +304,6 @@ def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) ->
     _pto_set_tile(src, [o_tile[0], 1] + o_tile[1:])
     src(f"oi4 = {blk.reshape('oi', [br, 1, heads, hd])}")
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
-
-
-def _pto_token_keys(src: Src, cache, ind, r0: str, lo: int, width: int, hd: int, out: str, masked: bool) -> str:
-    """`out` [width, HD] = the rows cache[idx] of one token's key list idx = ind[r0, lo:lo+width] (1-D index,
-    2-D result); returns the name of f32(idx) [1, width]. The index_select never sees a −1:
-    * `masked`: the reference's `_gather` (−1 rows zero): clamped max(idx, 0), then where(idx ≥ 0, row, 0);
-    * else: a −1 reads the row of the list's largest index (a real row, so finite data that its zero softmax
-      weight cancels exactly), 0 when the list is empty; the caller zeroes the partial of a key tile without
-      any index, so no pass over the rows is needed."""
-    ix = f"{out}_ix"
-    _pto_set_tile(src, [1, max(width, 8)])
-    src(f"{ix} = {cast_expr(f'pypto.view({ind.name}, [1, {width}], [{r0}, {lo}])', 'i32', 'f32')}")
-    if masked:
-        src(f"ifl = pypto.maximum({ix}, 0.0)")
-    else:
-        src(f"imx = pypto.amax({ix}, -1, keepdim=True)")
-        src(f"ifl = pypto.maximum(pypto.where(pypto.ge({ix}, 0.0), {ix}, pypto.expand_clone(imx, [1, {width}])), "
-            "0.0)")
-    src(f"ci = pypto.reshape({cast_expr('ifl', 'f32', 'i32')}, [{width}])")
-    d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles (cost-model failure above)
-    while width * d_tile * 2 > (32 if masked else 128) * 1024 and d_tile % 2 == 0 and d_tile > 16:
-        d_tile //= 2
-    if masked:
-        _pto_set_tile(src, [width, 8])
-        src(f"okc = pypto.reshape({ix}, [{width}, 1])")
-        _pto_set_tile(src, [width, d_tile])
-        src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"{out} = {cast_expr('pypto.where(pypto.ge(okc, 0.0), g, 0.0)', 'f32', cache.dtype)}")
-    else:
-        _pto_set_tile(src, [width, d_tile])
-        src(f"{out} = pypto.index_select({cache.name}, 0, ci)")
-    return ix
-
-
-def _pto_token_partial(hb, heads: int, hd: int, width: int, scale: float, s_tile, scope: int) -> None:
-    """(mi [H, 1], li [H, 1], oi [H, HD]) = tile_partial of one token's key tile k2 [width, HD] (bf16) for its
-    query q2 [H, HD], valid where vb [1, width] ≥ 0: s = q·Kᵀ (2-D cube matmul, f32 accumulation), s·scale →
-    −1e20 where not valid, m = rowmax, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp,
-    o = bf16(p)·K. The softmax chain is one forced subgraph (`scope`)."""
-    src = hb.src
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, hd, width)})")
-    src("s = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
-    _pto_set_tile(src, s_tile)
-    _pto_scope(src, scope)
-    src(f"ok = pypto.ge(pypto.expand_clone(vb, [{heads}, {width}]), 0.0)")
-    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
-    src("mi = pypto.amax(s, -1, keepdim=True)")
-    src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-    _pto_pairwise_sum(hb, "p", [heads], width, "li", s_tile)
-    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-    _pto_scope(src, -1)
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, width, hd)})")
-    src("oi = pypto.matmul(pb, k2, pypto.DT_FP32)")
-
-
-def _pto_token_tile(heads: int, width: int) -> list[int]:
-    """The [H, width] softmax tile: all columns, as many heads as _PTO_TILE_ELEMS allows."""
-    tile = [heads, max(width, 8)]
-    while tile[0] * tile[1] > _PTO_TILE_ELEMS and tile[0] % 2 == 0:
-        tile[0] //= 2
-    return tile
-
-
-def _pto_token_rows(loop: RowLoop, emit) -> None:
-    """The loop block's tokens one by one (`emit(r0, tok)`; 2-D matmuls per token), the tail guarded."""
-    for tok in range(loop.block_rows):
-        r0 = f"r0 + {tok}" if loop.looped else str(tok)
-        if loop.partial and tok:
-            with loop.src.block(f"if {tok} < valid:"):
-                emit(r0, tok)
-        else:
-            emit(r0, tok)
 
 
 def _pto_csa_token(src: Src, spec: KernelSpec, hb, r0: str, s_tile, tok: int) -> None:
@@ -648,124 +558,6 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
 
 
 # ---- merges, sink, inverse RoPE, pack -----------------------------------------------------------------------
-# Row blocks of _PTO_MERGE_ROWS tokens, no forced subgraph: every [rows, H, HD] op runs on tiles of
-# [rows, heads-slice, HD] (the rows of a block never split, see above), so pypto fuses each tile's chain of
-# element-wise ops into one task and the blocks' tasks run side by side on the vector cores.
-class _PtoMerge:
-    """Shapes of a merge: the state lives in `lead` = [rows] (the HCA stream state [T, H(, HD)]) or [rows, 1]
-    (the CSA partials [T, n, H(, HD)], merged in the partials' own rank: reshaping a view to another rank is a
-    copy through global memory, and adding a unit axis to one is very slow in pypto 0.2.0)."""
-
-    def __init__(self, blk, lead: list[int], heads: int, hd: int):
-        self.blk, self.src, self.lead, self.heads, self.hd = blk, blk.src, lead, heads, hd
-        br = blk.rows
-        self.h_shape = lead + [heads]
-        self.o_shape = lead + [heads, hd]
-        self.h_tile = lead + [max(heads, 8)]
-        self.o_tile = lead + _pto_head_tile(br, heads, hd)[1:]
-        self.c_tile = lead + [heads, 8]          # [.., H, 1] columns broadcast over HD
-
-    def zeros(self, extra: int = 0) -> list[int]:
-        return [0] * (len(self.lead) + extra)
-
-    def load_item(self, m, l, o, item: int) -> None:
-        """(mi, li) [*lead, H] and oi [*lead, H, HD] = item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
-        _pto_set_tile(src, [br, 1, max(heads, 8)])
-        for name, t in (("mi", m), ("li", l)):
-            view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
-            src(f"{name} = {view if len(self.lead) == 2 else blk.reshape(view, self.h_shape)}")
-        _pto_set_tile(src, [br, 1] + self.o_tile[-2:])
-        view = (f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]"
-                f"{blk.valid(1, heads, hd)})")
-        src(f"oi = {view if len(self.lead) == 2 else blk.reshape(view, self.o_shape)}")
-
-    def merge(self) -> None:
-        """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
-        a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        src("big = pypto.maximum(m_acc, mi)")
-        src("ea = pypto.exp(pypto.sub(m_acc, big))")
-        src("eb = pypto.exp(pypto.sub(mi, big))")
-        src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
-        src("m_acc = big")
-        _pto_set_tile(src, self.c_tile)
-        src(f"eac = {blk.reshape('ea', self.h_shape + [1])}")
-        src(f"ebc = {blk.reshape('eb', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
-
-    def sink_normalize(self, sink) -> None:
-        """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        sk = f"pypto.reshape({sink.name}, {py_list([1] * len(self.lead) + [self.heads])})"
-        src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub({sk}, m_acc)))")
-        _pto_set_tile(src, self.c_tile)
-        src(f"denc = {blk.reshape('den', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("y = pypto.div(o_acc, denc)")
-
-    def swap_lanes(self, r: str, rd: int, swap: str, out: str) -> None:
-        """out [*lead, H, rd] = r[..., swap] with the lane permutation `swap` (i32 [rd]): `pypto.gather` on the
-        last axis of r viewed as [rows·H, rd], the index being the swap row broadcast to that shape (exact
-        data movement)."""
-        blk, src, br, heads = self.blk, self.src, self.blk.rows, self.heads
-        flat = br * heads
-        vr = f", valid_shape=[valid * {heads}, {rd}]" if blk.partial else ""
-        r_tile = self.lead + _pto_head_tile(br, heads, rd)[1:]
-        _pto_set_tile(src, r_tile)  # a rank-reducing reshape takes a tile of its input's rank
-        src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
-        _pto_set_tile(src, [br * r_tile[-2], rd])
-        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{flat}, {rd}]{vr})")
-        src("g2 = pypto.gather(r2, 1, si)")
-        _pto_set_tile(src, r_tile)
-        src(f"{out} = {blk.reshape('g2', self.lead + [heads, rd])}")
-
-    def derotate_pack(self, cos_il, sin_signed, swap: str, out, groups: int) -> None:
-        """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding of each part,
-        heads packed group-major into out [G, T, hpg·HD]: per group the parts concatenated (the pack's copy),
-        reshaped and assembled."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
-        rd = cos_il.shape[1]
-        nope = hd - rd
-        hg = heads // groups
-        zl = self.zeros()
-        src(f"rp = {blk.sub('y', self.h_shape, zl + [0, nope], rd)}")
-        self.swap_lanes("rp", rd, swap, "swp")
-        for name, t in (("cb", cos_il), ("sb", sin_signed)):
-            _pto_set_tile(src, [br, max(rd, 8)])
-            src(f"{name}2 = {cast_expr(blk.loop.view(t), t.dtype, 'f32')}")
-            _pto_set_tile(src, [br] + [1] * len(self.lead) + [max(rd, 8)])
-            src(f"{name} = {blk.reshape(name + '2', [br] + [1] * len(self.lead) + [rd])}")
-        _pto_set_tile(src, self.lead + _pto_head_tile(br, heads, rd)[1:])
-        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
-        _pto_set_tile(src, self.o_tile)
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
-        if nope:
-            src(f"ynb = {cast_expr(blk.sub('y', self.h_shape, zl + [0, 0], nope), 'f32', out.dtype)}")
-        g_tile = self.lead + _pto_head_tile(br, hg, hd, 2 * _PTO_TILE_ELEMS)[1:]
-        g_shape = self.lead + [hg]
-        valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
-        for g in range(groups):
-            _pto_set_tile(src, g_tile)
-            rope = blk.sub("rob", g_shape, zl + [g * hg, 0], rd)
-            if nope:
-                src(f"hgv = pypto.concat([{blk.sub('ynb', g_shape, zl + [g * hg, 0], nope)}, {rope}], -1)")
-            else:
-                src(f"hgv = pypto.clone({rope})")
-            _pto_set_tile(src, [1, br, max(8, min(hg * hd, 2 * _PTO_TILE_ELEMS // br))])
-            src(f"pk3 = pypto.reshape(hgv, [1, {br}, {hg * hd}]{valid3})")
-            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
-
-
-def _pto_swap_index(src: Src, rd: int, name: str) -> None:
-    """`name` = i32 [rd] holding j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) (f32 arithmetic on an arange, exact)."""
-    _pto_set_tile(src, [max(rd, 8)])
-    src(f"sj = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
-    src("sjo = pypto.sub(sj, pypto.mul(pypto.floor(pypto.mul(sj, 0.5)), 2.0))")
-    src(f"{name} = {cast_expr('pypto.sub(pypto.add(sj, 1.0), pypto.mul(sjo, 2.0))', 'f32', 'i32')}")
 
 
 def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
