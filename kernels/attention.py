@@ -105,16 +105,19 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 #   index_select tile covers the block's whole [rows, window] index (only head_dim is split): with an
 #   in-kernel computed index, pypto 0.2.0's InferParamIndex pass mis-assigns index tiles otherwise
 #   (pass-verify FAILS whenever a tile splits the index dims; the tensor graph itself computes right).
-# * qk_pv: batched cube matmuls per token block (q·Kᵀ, then bf16(p)·K), the reference's mask/exp/merge
-#   order, l in numpy's pairwise order. The matmuls accumulate in f32 where the reference rounds an f64
-#   sum once, so s, m, l, o agree to f32 rounding (not bitwise). A batched matmul's result keeps the full
-#   block as its valid shape, so it is re-viewed to the partial block's rows.
-# * merge_norm: o / (l + exp(sink − m)) in f32, inverse RoPE (kernels.qkv helpers), one bf16 rounding,
-#   heads packed group-major with one assemble per group. Bitwise the reference's on CPU except where the
-#   calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_tile  # noqa: E402
-from .qkv import (_PtoBlock, _pto_fusible, _pto_lead_tile, _pto_pairwise_sum, _pto_rope,  # noqa: E402
-                  _pto_rows_whole_tile, _pto_scope, _pto_set_tile, _pto_vec_tile)
+# * qk_pv: token by token with 2-D cube matmuls (kernels/attn_pto.py `_pto_token_partial`: q·Kᵀ, then bf16(p)·K;
+#   a batched matmul would copy every batch slice in and out), one k_tile of the token's window rows at a time,
+#   valid where index ≥ 0 and bias ≥ 0, the reference's mask/exp order, l in numpy's pairwise order, the tiles
+#   merged in order. The matmuls accumulate in f32 where the reference rounds an f64 sum once, so s, m, l, o
+#   agree to f32 rounding (not bitwise).
+# * merge_norm: kernels/attn_pto.py `_PtoMerge` on row blocks of 16 tokens: o / (l + exp(sink − m)) in f32, the
+#   inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap index, one bf16 rounding, heads packed
+#   group-major with one assemble per group. Bitwise the reference's on CPU except where the calculator's exp
+#   (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
+from .attn_pto import (_PTO_MERGE_ROWS, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_head_tile, _pto_swap_index,  # noqa: E402
+                       _pto_token_partial, _pto_token_rows, _pto_token_tile, _PtoMerge)
+from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -188,49 +191,29 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
     _, heads, hd = q.shape
     window = rows.shape[1]
     k_tile = int(spec.attrs.get("k_tile") or window)
+    tiles = range(0, window, k_tile)
     scale = float(spec.attrs["scale"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _pto_rows_whole_tile(heads * max(hd, k_tile)))
-    blk = _PtoBlock(loop, q)
-    br = blk.rows
-    fuse_s, fuse_o = _pto_fusible(br * heads * k_tile), _pto_fusible(br * heads * hd)
-    s_tile = _pto_vec_tile((br, heads, k_tile), 4)
-    o_tile = _pto_vec_tile((br, heads, hd), 4)
-    with loop.loop():
-        _pto_set_tile(src, [br, window])
-        src(f"vf = pypto.where(pypto.ge({cast_expr(loop.view(idx), idx.dtype, 'f32')}, 0.0), {loop.view(bias)}, -1.0)")
-        src(f"q3 = {loop.view(q)}")
-        for i, a in enumerate(range(0, window, k_tile)):
-            _pto_set_tile(src, [br, k_tile])
-            src(f"vt = {blk.sub('vf', [br], [0, a], k_tile)}")
-            _pto_set_tile(src, s_tile)
-            src(f"ok = pypto.ge({blk.reshape('vt', [br, 1, k_tile])}, 0.0)")
-            view = (f"pypto.view({rows.name}, [{br}, {k_tile}, {hd}], [{blk.r0}, {a}, 0]"
-                    f"{blk.valid(k_tile, hd)})")
-            src(f"k3 = {view}")
-            src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(hd, 128)}, {cube_tile(k_tile, 64)})")
-            src("s = pypto.matmul(q3, k3, pypto.DT_FP32, b_trans=True)")
-            if blk.partial:  # a batched matmul's result keeps the full block as its valid shape
-                src(f"s = {blk.sub('s', [br, heads], [0, 0, 0], k_tile)}")
-            _pto_set_tile(src, s_tile)
-            _pto_scope(src, 2 * i + 1, fuse_s)  # the softmax chain between the two matmuls
-            src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG_INF_ATTN!r})")
-            src("mi = pypto.amax(s, -1, keepdim=True)")
-            src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-            _pto_pairwise_sum(blk, "p", [br, heads], k_tile, "li", s_tile, side_by_side=fuse_s)
-            src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-            _pto_scope(src, -1, fuse_s)
-            src(f"pypto.set_cube_tile_shapes({cube_tile(heads, 64)}, {cube_tile(k_tile, 128)}, {cube_tile(hd, 128)})")
-            src("oi = pypto.matmul(pb, k3, pypto.DT_FP32)")
-            if blk.partial:
-                src(f"oi = {blk.sub('oi', [br, heads], [0, 0, 0], hd)}")
+    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
+    hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
+    hb.rows, hb.partial = heads, False
+    s_tile = _pto_token_tile(heads, k_tile)
+    o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
+
+    def token(r0: str, tok: int) -> None:
+        _pto_set_tile(src, [1] + o_tile)
+        src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
+        for i, a in enumerate(tiles):
+            _pto_set_tile(src, [1] + _pto_head_tile(1, k_tile, hd, 2 * _PTO_TILE_ELEMS)[1:])
+            src(f"k2 = pypto.reshape(pypto.view({rows.name}, [1, {k_tile}, {hd}], [{r0}, {a}, 0]), [{k_tile}, {hd}])")
+            _pto_set_tile(src, [1, max(k_tile, 8)])
+            ix = cast_expr(f"pypto.view({idx.name}, [1, {k_tile}], [{r0}, {a}])", idx.dtype, "f32")
+            src(f"vb = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [1, {k_tile}], [{r0}, {a}]), -1.0)")
+            _pto_token_partial(hb, heads, hd, k_tile, scale, s_tile, tok * len(tiles) + i + 1)
             if i == 0:
-                src("m_acc = mi")
-                src("l_acc = li")
-                src("o_acc = oi")
+                src("m_acc, l_acc, o_acc = mi, li, oi")
                 continue
-            _pto_set_tile(src, _pto_lead_tile([br, heads]) + [8])
-            _pto_scope(src, 2 * i + 2, fuse_o)  # the running merge
+            _pto_set_tile(src, [heads, 8])  # the running merge, [H, 1] columns broadcast over HD
             src("big = pypto.maximum(m_acc, mi)")
             src("ea = pypto.exp(pypto.sub(m_acc, big))")
             src("eb = pypto.exp(pypto.sub(mi, big))")
@@ -238,14 +221,14 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
             src("m_acc = big")
             _pto_set_tile(src, o_tile)
             src("o_acc = pypto.add(pypto.mul(ea, o_acc), pypto.mul(eb, oi))")
-            _pto_scope(src, -1, fuse_o)
-        _pto_set_tile(src, [br, max(heads, 8)])
-        src(f"m2 = {blk.reshape('m_acc', [br, heads])}")
-        loop.store("m2", m_out)
-        src(f"l2 = {blk.reshape('l_acc', [br, heads])}")
-        loop.store("l2", l_out)
-        _pto_set_tile(src, o_tile)
-        loop.store("o_acc", o_out)
+        _pto_set_tile(src, [1, max(heads, 8)])
+        for name, t in (("m_acc", m_out), ("l_acc", l_out)):
+            src(f"pypto.assemble(pypto.reshape({name}, [1, {heads}]), [{r0}, 0], {t.name})")
+        _pto_set_tile(src, [1] + o_tile)
+        src(f"pypto.assemble(pypto.reshape(o_acc, [1, {heads}, {hd}]), [{r0}, 0, 0], {o_out.name})")
+
+    with loop.loop():
+        _pto_token_rows(loop, token)
     return src.text()
 
 
@@ -253,42 +236,15 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
     m, l, o, sink, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     _, heads, hd = o.shape
-    groups = int(spec.attrs["o_groups"])
-    hg = heads // groups
-    rd = cos_il.shape[1]
-    nope = hd - rd
     src = Src(spec.signature())
-    loop = RowLoop(src, o, _pto_rows_whole_tile(heads * hd))
+    _pto_swap_index(src, cos_il.shape[1], "swi")
+    loop = RowLoop(src, o, _PTO_MERGE_ROWS, name="tok")
     blk = _PtoBlock(loop, o)
-    br = blk.rows
-    fuse = _pto_fusible(br * heads * hd)
-    o_tile = _pto_vec_tile((br, heads, hd), 4)
+    mg = _PtoMerge(blk, [blk.rows], heads, hd)
     with loop.loop():
-        _pto_scope(src, 1, fuse)  # one subgraph per row block when small
-        _pto_set_tile(src, [br, max(heads, 8)])
-        src(f"den = pypto.add({loop.view(l)}, pypto.exp(pypto.sub(pypto.reshape({sink.name}, [1, {heads}]), "
-            f"{loop.view(m)})))")
-        src(f"den3 = {blk.reshape('den', [br, heads, 1])}")
-        _pto_set_tile(src, o_tile)
-        src(f"y = pypto.div({loop.view(o)}, den3)")
-        src(f"rp = {blk.sub('y', [br, heads], [0, 0, nope], rd)}")
-        _pto_rope(blk, "rp", [br, heads], rd, cos_il, sin_signed, "ro", o_tile, inverse=True)
-        if nope:
-            src(f"yr = pypto.concat([{blk.sub('y', [br, heads], [0, 0, 0], nope)}, ro], -1)")
-        else:
-            src("yr = ro")
-        src(f"yb = {cast_expr('yr', 'f32', out.dtype)}")
-        _pto_set_tile(src, _pto_vec_tile((br, hg, hd), 2))
-        for g in range(groups):
-            src(f"hgv = pypto.clone({blk.sub('yb', [br, hg], [0, g * hg, 0], hd)})")
-            _pto_set_tile(src, _pto_vec_tile((br, hg * hd), 2))
-            src(f"pk = {blk.reshape('hgv', [br, hg * hd])}")
-            _pto_set_tile(src, [1] + _pto_vec_tile((br, hg * hd), 2))
-            valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
-            src(f"pk3 = pypto.reshape(pk, [1, {br}, {hg * hd}]{valid3})")
-            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
-            _pto_set_tile(src, _pto_vec_tile((br, hg, hd), 2))
-        _pto_scope(src, -1, fuse)
+        mg.load_state(m, l, o)
+        mg.sink_normalize(sink)
+        mg.derotate_pack(cos_il, sin_signed, "swi", out, int(spec.attrs["o_groups"]))
     return src.text()
 
 

@@ -125,6 +125,15 @@ class _PtoMerge:
     def zeros(self, extra: int = 0) -> list[int]:
         return [0] * (len(self.lead) + extra)
 
+    def load_state(self, m, l, o) -> None:
+        """(m_acc, l_acc) [rows, H] and o_acc [rows, H, HD] = the loop block's rows of m, l [T, H], o [T, H, HD]."""
+        loop, src = self.blk.loop, self.src
+        _pto_set_tile(src, self.h_tile)
+        src(f"m_acc = {loop.view(m)}")
+        src(f"l_acc = {loop.view(l)}")
+        _pto_set_tile(src, self.o_tile)
+        src(f"o_acc = {loop.view(o)}")
+
     def load_item(self, m, l, o, item: int) -> None:
         """(mi, li) [*lead, H] and oi [*lead, H, HD] = item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
         blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd

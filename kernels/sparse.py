@@ -590,11 +590,7 @@ def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
             src("o_acc = oi")
             first, parts = 1, (m, l, o)
         else:
-            _pto_set_tile(src, mg.h_tile)
-            src(f"m_acc = {loop.view(m)}")
-            src(f"l_acc = {loop.view(l)}")
-            _pto_set_tile(src, mg.o_tile)
-            src(f"o_acc = {loop.view(hs)}")
+            mg.load_state(m, l, hs)
             first, parts = 0, (cm, cl, co)
         for i in range(first, items):
             mg.load_item(*parts, i)
