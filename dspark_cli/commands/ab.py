@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation (default 1800)")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
+    p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
+                   help="task-name globs of the stage also reported alone (default: each layer's sparse attention, "
+                        "the scope of the seed's isolated HCA benchmark; see perf/ab.py STAGES)")
     p.add_argument("-o", "--output", default="ab-out", metavar="DIR", help="output directory (default: ab-out)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--no-traces", action="store_true", help="no trace JSON files")
@@ -60,6 +63,8 @@ def command_line(args: argparse.Namespace) -> str:
              str(args.hca_context), "--source", args.source]
     if args.passes:
         parts += ["--passes", args.passes]
+    if args.stage:
+        parts += ["--stage", args.stage]
     for flag in ("no_loo", "no_aoi", "no_steps", "offline", "pypto_program"):
         if getattr(args, flag):
             parts.append("--" + flag.replace("_", "-"))
@@ -108,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
         if bad:
             raise UsageError(f"--passes: '{bad[0]}' is not an optimisation pass of the default pipeline "
                              f"({', '.join(known)})")
+    stage = None
+    if args.stage is not None:
+        globs = [g.strip() for g in args.stage.split(",") if g.strip()]
+        if not globs:
+            raise UsageError("--stage: give at least one task-name glob, e.g. 'hca.hca_*'")
+        stage = ("--stage " + ",".join(globs), globs)
     out = OutputDir(args.output)
     cases = _cases(args)
     vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
@@ -122,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
                                           timeout=max(args.timeout, 3600.0))
     bar = _progress(len(cases) * len(vlist), args.no_progress)
     try:
-        report = run_ab(cases, source, params, variant_list=vlist, program=program, progress=bar)
+        report = run_ab(cases, source, params, variant_list=vlist, program=program, stage=stage,
+                        progress=bar)
     finally:
         if bar is not None:
             bar.close()

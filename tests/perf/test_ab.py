@@ -101,3 +101,45 @@ def test_roofline_source_flags_every_kernel():
     est = estimate(tg, RooflineCosts())
     assert est.sources() == {"roofline": est.kernels} and est.roofline_share() == 1.0
     assert est.makespan_us <= est.serial_us and est.makespan_us >= est.bound_us
+
+
+def test_stage_is_its_tasks_scheduled_alone(report):
+    """The stage latency is the schedule of exactly its tasks with outside deps met at 0: no longer than the
+    layer, at least its longest task, and equal to scheduling that subset by hand."""
+    from dataclasses import replace
+    from fnmatch import fnmatchcase
+
+    from perf.ab import STAGES, stage_latency
+    from perf.schedule import schedule, sched_tasks
+
+    case = report.cases[0]
+    assert case.stage_name == STAGES["decode-swa"][0] and set(case.stage) == {"all-off", "default"}
+    for name in ("all-off", "default"):
+        r = case.results[name]
+        us, n = case.stage[name]
+        picked = [t for t in sched_tasks(r.tg) if any(fnmatchcase(t.name, g) for g in case.stage_globs)]
+        assert n == len(picked) == 4
+        assert max(row.alone_us for row in r.estimate.rows if row.id in {t.id for t in picked}) <= us
+        assert us < r.latency_us
+        ids = {t.id for t in picked}
+        alone = [replace(t, deps=tuple(d for d in t.deps if d in ids)) for t in picked]
+        assert us == schedule(alone, r.estimate.schedule.costs, ScheduleParams()).makespan_us
+    assert stage_latency(case.results["default"], ["no.such.*"], ScheduleParams()) == (0.0, 0)
+    md = report.markdown()
+    assert "- stage `sparse attention` alone (tasks swa.swa_gather_kv" in md
+    assert report.to_json()["cases"][0]["stage"]["task_count"] == {"all-off": 4, "default": 4}
+
+
+def test_cli_stage_option(tmp_path, capsys):
+    out = tmp_path / "ab"
+    rc = main(["ab", "decode-hca", "--config", "tiny", "--tp", "2", "--batch", "4", "--seq", "4", "--source",
+               "roofline", "--passes", "fuse-merge-rope-pack", "--no-loo", "--no-aoi", "--no-steps", "--no-plots",
+               "--no-traces", "--no-progress", "--stage", "hca.hca_stream_*", "-o", str(out)])
+    assert rc == 0
+    stage = json.loads((out / "ab.json").read_text())["cases"][0]["stage"]
+    assert stage["tasks"] == ["hca.hca_stream_*"]
+    assert stage["task_count"] == {"all-off": 2, "default": 1}        # merge + pack, fused into one by the pass
+    assert "--stage 'hca.hca_stream_*'" in (out / "ab.md").read_text()
+    capsys.readouterr()
+    assert main(["ab", "decode-hca", "--config", "tiny", "--stage", " , ", "-o", str(tmp_path / "x")]) == 2
+    assert "--stage: give at least one task-name glob" in capsys.readouterr().err
