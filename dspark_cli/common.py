@@ -26,11 +26,14 @@ def load_graph(args: argparse.Namespace) -> Graph:
     """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
     target = args.target
     if target.endswith(".dsir") or Path(target).exists() or "/" in target:
+        if getattr(args, "ep", None) is not None:
+            raise UsageError("applies to a layer name, not a file", "--ep")
         return parse_file(target).entry
     from dspark_ir import layers
 
+    ep = getattr(args, "ep", None)
     return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
-                        seq=getattr(args, "seq", None))
+                        seq=getattr(args, "seq", None), **({} if ep is None else {"ep": ep}))
 
 
 def emit(text: str, out: str | None) -> None:

@@ -28,7 +28,7 @@ def emit(tg: TaskGraph, out_dir: str | Path | OutputDir, *, command: str = "", r
     runtime_symbols = tuple(runtime_symbols)
     report = report if report is not None else lint(tg)
     for t in tg.tasks:
-        t.template = not t.is_dummy and find_template(t) is not None
+        t.template = not t.is_dummy and find_template(t, tg.ranks) is not None
     files = [(f"kernels/{t.kernel}.py", kernel_module(t, tg, command, runtime_symbols)) for t in tg.kernels]
     files.append(("orchestrate.py", orchestrate_source(tg, command)))
     files.append(("tasks.json", tasks_json(tg, command, report, extra, runtime_symbols)))
@@ -67,7 +67,7 @@ def _counts(tg: TaskGraph) -> dict[str, Any]:
     return {
         "tasks": len(tg), "kernels": len(kernels), "dummies": len(tg) - len(kernels),
         "edges": sum(len(t.deps) for t in tg.tasks), "buffers": len(tg.buffers),
-        "templated": sum(1 for t in kernels if find_template(t) is not None),
+        "templated": sum(1 for t in kernels if find_template(t, tg.ranks) is not None),
         "cycles_total": sum(with_cycles) if with_cycles else None,
     }
 

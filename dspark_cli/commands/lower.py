@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compile every templated kernel to pypto's execute graph; fail if one does not")
     p.add_argument("--static", action="store_true", help="emit static extents only (no pypto.DYNAMIC token dim)")
     p.add_argument("--workers", type=int, default=2, help="pypto worker processes for --cycles/--compile")
+    p.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel ranks of the moe layer (default: the config's); at EP1 the MoE collectives "
+                        "lower to their one-rank pypto forms")
 
 
 def apply_pipeline(g, pipeline: str | None):
@@ -46,7 +49,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["dspark", "lower", args.target]
     if not args.target.endswith(".dsir"):
         parts += ["--config", args.config]
-        for flag in ("tp", "batch", "seq"):
+        for flag in ("tp", "batch", "seq", "ep"):
             if getattr(args, flag, None) is not None:
                 parts += [f"--{flag}", str(getattr(args, flag))]
     if args.pipeline:

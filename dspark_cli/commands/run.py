@@ -83,7 +83,7 @@ def _load(args: argparse.Namespace):
         return load_graph(args)
     target = args.target
     if target.endswith(".dsir") or "/" in target:
-        raise UsageError("--ep applies to a layer name, not a file", "--ep")
+        raise UsageError("applies to a layer name, not a file", "--ep")
     from dspark_ir import layers
 
     return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, ep=args.ep)

@@ -73,7 +73,7 @@ def _load(args: argparse.Namespace):
     target = args.target
     if target.endswith(".dsir") or Path(target).exists() or "/" in target:
         if args.ep is not None:
-            raise UsageError("--ep applies to a layer name, not a file", "--ep")
+            raise UsageError("applies to a layer name, not a file", "--ep")
         return parse_file(target).entry
     params = {} if args.ep is None else {"ep": args.ep}
     return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, **params)

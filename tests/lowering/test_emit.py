@@ -50,6 +50,34 @@ def test_kernel_without_template_is_a_readable_stub(tmp_path):
     assert "TEMPLATE_MISSING" in text and f"task {stub.id} '{stub.name}'" in text
 
 
+def test_one_rank_moe_lowers_its_collectives_to_their_one_rank_forms(tmp_path, capsys):
+    """At EP1 `dspark lower` writes what the pypto executor runs: the one-rank forms of dispatch_meta,
+    dispatch_push and combine (kernels.moe.PYPTO_TEMPLATES_EP1), not stubs; at EP2 they stay cross-rank stubs.
+    Only the two signal waits (no-ops at one rank) have no kernel."""
+    from kernels import moe
+    from lowering.pypto_exec import task_source
+
+    out = tmp_path / "ep1"
+    assert main(["lower", "moe", "--config", "tiny", "--tp", "1", "--ep", "1", "-o", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads((out / "tasks.json").read_text())
+    stubs = sorted(p.stem for p in (out / "kernels").iterdir() if "TEMPLATE_MISSING" in p.read_text())
+    assert stubs == ["moe_combine_wait", "moe_dispatch_wait"]
+    assert "--ep 1" in (out / "kernels" / "moe_dispatch_push.py").read_text()
+    assert doc["counts"]["templated"] == doc["counts"]["kernels"] - 2
+    from dspark_ir import layers
+
+    tg = build_task_graph(layers.build("moe", config="tiny", tp=1, ep=1))
+    for t in tg.kernels:
+        if t.op in moe.PYPTO_TEMPLATES_EP1:
+            assert "TEMPLATE_MISSING" not in task_source(t, tg) and f"def {t.kernel}(" in task_source(t, tg)
+    tg2 = build_task_graph(layers.build("moe", config="tiny", tp=1, ep=2))
+    emit(tg2, tmp_path / "ep2")
+    assert {t.op for t in tg2.kernels if not t.template} >= set(moe.PYPTO_TEMPLATES_EP1)
+    assert main(["lower", str(out / "tasks.json"), "--ep", "1", "-o", str(tmp_path / "x")]) == 2
+    assert "--ep: applies to a layer name, not a file" in capsys.readouterr().err
+
+
 def test_orchestrate_py_runs_and_matches_the_executor(tmp_path):
     g = load("inplace")
     tg = build_task_graph(g)
