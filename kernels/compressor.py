@@ -211,8 +211,8 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
 #   `pypto.loop` body that writes a row only `if <scalar> >= 0` (the cache writes: a few rows per step);
 # * vector index arithmetic: positions and tables as f32 tensors (exact integers < 2^23), floors as
 #   trunc((x + ½)/d), table lookups by `pypto.gather`, rows read by `index_select` and written by one
-#   `scatter_update` (cmp_scatter_softmax_pool: every token and request at once, so a handful of large tasks
-#   instead of a few per token).
+#   `scatter_update` (cmp_scatter_softmax_pool: every token at once, so a handful of large tasks instead of a
+#   few per token).
 # `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0), and a view of a local tensor at a
 # loop-variable offset is copied piecewise (tens of tasks): neither is used for masks.
 # Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
@@ -390,10 +390,13 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     is then read back for the pool.
     Pool: per request, the pooling token (first with (pos+1) % r == 0: amin of the flagged token indices), its
     entry j = floor(pos / r) and the window positions give [B, rows] physical rows (the page by `pypto.gather`
-    on the request's table row) and a validity mask; the window is `index_select`ed from the state per half
-    (ratio-4 overlap: the front and back column halves) into [B, rows, HD], masked (kv 0 / score FP32_NEG_INF),
-    and pooled for all requests at once: softmax over the rows per channel, then Σ kv·w; both row sums run row
-    after row like numpy's axis-0 sum (bitwise up to the calculator's exp); 0 without an entry."""
+    on the request's table row) and a validity mask (all rows invalid without an entry: the pool is then 0).
+    The pool runs per group of requests, each group one forced subgraph (`_pto_pool_group_emit`): its windows
+    `index_select`ed from the state per half (ratio-4 overlap: the front and back column halves) in blocks of
+    rows, masked (kv 0 / score FP32_NEG_INF), softmax over the rows per channel, then Σ kv·w; both row sums run
+    row after row like numpy's axis-0 sum (bitwise up to the calculator's exp). Flash TP4 cost-model µs (span /
+    busy), one subgraph for all requests → per group: HCA 805 / 1058 → 54 / 341 (the serial chain of
+    [B, 1, HD] rows read one copy-in per row), CSA 119 / 209 → 48 / 106, CSA inner 84 / 106 → 45 / 50."""
     spec = spec.static()
     kv, sc, ape, state_in, table, pos = spec.operands
     state, pooled = spec.results
@@ -463,13 +466,11 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
 
 
 def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
-    """The pool of every request at once (see pypto_cmp_scatter_softmax_pool), after the scatter: reads its
-    `pf1` (f32 positions [T]), `tbf` (f32 table [B, pages]) and the written state."""
-    kv, _sc, _ape, _state_in, table, pos = spec.operands
-    state, pooled = spec.results
+    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: reads its `pf1` (f32 positions [T]),
+    `tbf` (f32 table [B, pages]) and the written state."""
+    table = spec.operands[4]
     ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
     overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
-    out_dim = kv.shape[1]
     batch, pages = table.shape
     rows = (2 if overlap else 1) * ratio
     # ---- per request: pooling token, entry, window rows
@@ -499,57 +500,92 @@ def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
         f"[{batch}, {rows}]), 0.0), 0.0)")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src(f"widx2 = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
-    # ---- gather the windows [B, rows, HD] (front / back halves of the ratio-4 overlap)
-    halves = [(0, ratio, 0), (ratio, ratio, hd)] if overlap else [(0, ratio, 0)]
-    kvs, scs = [], []
-    for h, (a, n, c) in enumerate(halves):
-        _pto_set_tile(src, [batch, max(n, 8)])
-        src(f"ix{h} = pypto.view(widx2, [{batch}, {n}], [0, {a}])")
-        _pto_set_tile(src, vec_tile((batch, n, hd), 4, 64 * 1024))
-        src(f"kh{h} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {c}]), 0, ix{h})")
-        src(f"sh{h} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {out_dim + c}]), "
-            f"0, ix{h})")
-        kvs.append(f"kh{h}")
-        scs.append(f"sh{h}")
-    win3 = vec_tile((batch, rows, hd), 4, 64 * 1024)
-    _pto_set_tile(src, win3)
-    src(f"kw = {kvs[0] if len(kvs) == 1 else 'pypto.concat([' + ', '.join(kvs) + '], 1)'}")
-    src(f"sw = {scs[0] if len(scs) == 1 else 'pypto.concat([' + ', '.join(scs) + '], 1)'}")
     _pto_set_tile(src, [batch, max(rows, 8)])
     src(f"ok3 = pypto.reshape(wok, [{batch}, {rows}, 1])")
-    # the row max as one reduction (order-free; a chain of `maximum` costs ~20× an add in the cost model), then
-    # two passes over the window rows, one [B, 1, HD] slab per row (each pass one fused subgraph): the softmax
-    # denominator, the weighted sum (the masked scores recomputed per row: storing them costs as much)
-    slab = f"[{batch}, 1, {hd}]"
+    # ---- the pool: groups of requests, each its own forced subgraph (independent: they run side by side)
+    halves = [(0, ratio, 0), (ratio, ratio, hd)] if overlap else [(0, ratio, 0)]
+    nb = _pto_pool_group(batch, rows * hd)
+    for b0 in range(0, batch, nb):
+        _pto_scope(src, 1 + b0 // nb)
+        _pto_pool_group_emit(src, spec, b0, nb, halves)
+        _pto_scope(src, -1)
 
-    def masked(i: int) -> None:
-        src(f"ok_i = pypto.ge(pypto.view(ok3, [{batch}, 1, 1], [0, {i}, 0]), 0.5)")
-        src(f"ms_i = pypto.where(ok_i, pypto.view(sw, {slab}, [0, {i}, 0]), {_PTO_NEG!r})")
 
-    _pto_set_tile(src, [1, rows, max(8, min(hd, 8192 // rows))])
-    src(f"mx = pypto.amax(pypto.where(pypto.ge(ok3, 0.5), sw, {_PTO_NEG!r}), 1, keepdim=True)")
-    _pto_set_tile(src, vec_tile((batch, 1, hd), 4, 32 * 1024))
-    _pto_scope(src, 2)
-    for i in range(rows):
-        masked(i)
-        src(f"{'den' if i == 0 else 'ei'} = pypto.exp(pypto.sub(ms_i, mx))")
-        if i:
-            src("den = pypto.add(den, ei)")
-    _pto_scope(src, -1)
-    _pto_scope(src, 3)
-    for i in range(rows):
-        masked(i)
-        src(f"kv_i = pypto.where(ok_i, pypto.view(kw, {slab}, [0, {i}, 0]), 0.0)")
-        src(f"{'pw' if i == 0 else 'ti'} = pypto.mul(kv_i, pypto.div(pypto.exp(pypto.sub(ms_i, mx)), den))")
-        if i:
-            src("pw = pypto.add(pw, ti)")
-    _pto_scope(src, -1)
-    _pto_set_tile(src, [batch, 1, 8])
-    src(f"h3 = pypto.reshape(has, [{batch}, 1, 1])")
-    _pto_set_tile(src, vec_tile((batch, 1, hd), 4))
-    src("pr = pypto.where(pypto.ge(h3, 0.5), pw, 0.0)")
-    _pto_set_tile(src, vec_tile((batch, hd), 4))
-    src(f"pypto.assemble(pypto.reshape(pr, [{batch}, {hd}]), [0, 0], {pooled.name})")
+_PTO_POOL_GROUP_ELEMS = 1 << 14   # window elements per pool subgraph (at least; groups of requests)
+_PTO_POOL_BLOCK_ELEMS = 8192      # window elements per block [nb, k, HD] (32 KiB of f32)
+
+
+def _pto_pool_group(batch: int, window: int) -> int:
+    """Requests per pool subgraph: doubled (dividing the batch) until the group's windows hold
+    _PTO_POOL_GROUP_ELEMS elements. Flash TP4 cost-model µs (span / busy): HCA r=128, one request per subgraph
+    54 / 341 (32 subgraphs of half the channels: 54 / 514, the adds of the sums cost per row, not per element);
+    CSA r=4, 4 subgraphs: 48 / 106 (16: 48 / 120)."""
+    nb = 1
+    while nb * window < _PTO_POOL_GROUP_ELEMS and batch % (2 * nb) == 0:
+        nb *= 2
+    return nb
+
+
+def _pto_pool_group_emit(src: Src, spec: KernelSpec, b0: int, nb: int, halves) -> None:
+    """pooled[b0:b0+nb] from the written state, the window rows `widx2` [B, rows] and their validity `ok3`
+    [B, rows, 1] (0 for every row of a request without an entry: its pool is then Σ 0·w = 0, the reference's
+    zero row). The windows are read in blocks of k rows by `index_select` from the state (the front / back
+    column halves of the ratio-4 overlap: a block never straddles them) in three passes: the row max
+    (order-free), den = Σ_rows e with e = exp(masked score − max), then Σ_rows kv·(e / den). Both sums add
+    [nb, 1, HD] rows one after another: numpy's axis-0 order, so bitwise the reference's up to the calculator's
+    exp. A block is gathered again per pass (a gather costs next to nothing in the cost model, a kept block UB);
+    a window of one block keeps its e."""
+    state, pooled = spec.results
+    out_dim = spec.operands[0].shape[1]
+    hd = pooled.shape[1]
+    rows = sum(n for _a, n, _c in halves)
+    k = max(1, min(rows, _PTO_POOL_BLOCK_ELEMS // (nb * hd)))
+    blocks = [(r0, min(k, a + n - r0), c) for a, n, c in halves for r0 in range(a, a + n, k)]
+    one = len(blocks) == 1
+    slab = f"[{nb}, 1, {hd}]"
+    src(f"pypto.set_vec_tile_shapes({nb}, {max(rows, 8)}, 8)")
+    src(f"okg = pypto.ge(pypto.view(ok3, [{nb}, {rows}, 1], [{b0}, 0, 0]), 0.5)")
+
+    def gather(r0: int, n: int, col: int, name: str) -> None:
+        src(f"pypto.set_vec_tile_shapes({nb}, {n}, {hd})")
+        src(f"{name} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {col}]), 0, "
+            f"pypto.view(widx2, [{nb}, {n}], [{b0}, {r0}]))")
+
+    def masked_score(r0: int, n: int, c: int) -> None:
+        gather(r0, n, out_dim + c, "sb")
+        src(f"msb = pypto.where(pypto.view(okg, [{nb}, {n}, 1], [0, {r0}, 0]), sb, {_PTO_NEG!r})")
+
+    def add_rows(acc: str, terms: str, r0: int, n: int) -> None:
+        src(f"pypto.set_vec_tile_shapes({nb}, 1, {hd})")
+        for i in range(n):
+            row = f"pypto.view({terms}, {slab}, [0, {i}, 0])"
+            src(f"{acc} = {row}" if r0 + i == 0 else f"{acc} = pypto.add({acc}, {row})")
+
+    maxes = []
+    for j, (r0, n, c) in enumerate(blocks):
+        masked_score(r0, n, c)
+        src(f"mb{j} = pypto.amax(msb, 1, keepdim=True)")
+        maxes.append(f"mb{j}")
+    if one:
+        src("mx = mb0")
+    else:  # one amax over the block maxima (a chain of `maximum` costs ~20× an add in the cost model)
+        src(f"pypto.set_vec_tile_shapes({nb}, {len(blocks)}, {hd})")
+        src(f"mx = pypto.amax(pypto.concat([{', '.join(maxes)}], 1), 1, keepdim=True)")
+    for r0, n, c in blocks:
+        if not one:
+            masked_score(r0, n, c)
+        src("eb = pypto.exp(pypto.sub(msb, mx))")
+        add_rows("den", "eb", r0, n)
+    for r0, n, c in blocks:
+        if not one:
+            masked_score(r0, n, c)
+            src("eb = pypto.exp(pypto.sub(msb, mx))")
+        gather(r0, n, c, "kb")
+        src(f"kvb = pypto.where(pypto.view(okg, [{nb}, {n}, 1], [0, {r0}, 0]), kb, 0.0)")
+        src("tb = pypto.mul(kvb, pypto.div(eb, den))")
+        add_rows("pw", "tb", r0, n)
+    src(f"pypto.set_vec_tile_shapes({nb}, {hd})")
+    src(f"pypto.assemble(pypto.reshape(pw, [{nb}, {hd}]), [{b0}, 0], {pooled.name})")
 
 
 def _pto_finish_y(src: Src, spec: KernelSpec, loop: RowLoop, blk: _PtoBlock) -> str:

@@ -122,6 +122,20 @@ def _variant(task, job, **changes):
     return dataclasses.replace(job, inputs=inputs, outputs=outputs, goldens=_reference(task, inputs))
 
 
+def _rerendered(task, job, **constants):
+    """The job with its kernel rendered under other values of kernels.compressor's module constants."""
+    from unittest import mock
+
+    import kernels.compressor as compressor
+    from lowering.codegen import kernel_body
+
+    body = kernel_body(task, ("T",))
+    with mock.patch.multiple(compressor, **constants):
+        other = kernel_body(task, ("T",))
+    assert body in job.source and other != body
+    return dataclasses.replace(job, source=job.source.replace(body, other))
+
+
 def _edge_variants(base: dict) -> dict:
     """Edge inputs the default layer data does not reach (module docstring)."""
     out = {}
@@ -139,6 +153,11 @@ def _edge_variants(base: dict) -> dict:
     table = job.inputs["state_block_table"].copy()
     table[:, 1] = -1
     out["edge:hca.scatter_softmax_pool"] = (task, _variant(task, job, state_block_table=table))
+    # the pool's paths the tiny shapes skip (one group of requests, one block per window half): one request per
+    # subgraph and several blocks per half (HCA: 4 blocks of 4 rows; CSA: 1-row blocks), same data
+    out["edge:hca.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_GROUP_ELEMS=1, _PTO_POOL_BLOCK_ELEMS=256))
+    task, job = out["edge:cmp.scatter_softmax_pool"]
+    out["edge:cmp.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_GROUP_ELEMS=1, _PTO_POOL_BLOCK_ELEMS=64))
     # cache writes: the first pooling token's slot −1, the second's duplicated by the third (later request wins)
     for name, slot_param in (("csa:cmp.rmsnorm_rope_cache_write", "slot_mapping"),
                              ("csa:icmp.kv_and_cache_write", "slot_mapping")):
@@ -202,8 +221,8 @@ TINY = ["csa:csa.csa_rope_step", "csa:csa.rope_interleave.step", "csa:csa.csa_cm
         "csa:icmp.rmsnorm_rope", "csa:icmp.kv_hadamard", "csa:idx.topk.select",
         "hca:hca.cmp_rope_rows", "hca:cmp.scatter_softmax_pool", "hca:cmp.rmsnorm_rope_cache_write",
         "csa64:idx.topk.bounded",
-        "edge:cmp.scatter_softmax_pool", "edge:hca.scatter_softmax_pool", "edge:cmp.rmsnorm_rope_cache_write",
-        "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
+        "edge:cmp.scatter_softmax_pool", "edge:hca.scatter_softmax_pool", "edge:cmp.pool_blocks",
+        "edge:hca.pool_blocks", "edge:cmp.rmsnorm_rope_cache_write", "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
 
 
 # ---- checks ----------------------------------------------------------------------------------------------------
