@@ -37,14 +37,17 @@ class MoeHandshakeDeps(Pass):
                    block becomes one notify + wait (`signal_barrier`, expected = epoch): the notifier stops
                    notifying (`notify_per = none`) and the barrier, gated on the whole scatter grid
                    (`deps(combine)`) and on the notifiers of the waits before it (`dispatch_push`), sends one
-                   notify per rank. The payload-before-notify rule (§5) holds because the barrier runs after
-                   every put it announces. The waiter keeps its name and becomes its own notifier, so
-                   `check_signals`' link expected = epoch × per-epoch count stays true (1 notify per epoch).
-                   Refused when another waiter still counts the notifier's per-block notifies. The dispatch_push
-                   dep is implied through dispatch_wait → dispatch_gather → … → combine; it is kept to match
-                   the seed's task list (canonicalize's canonical-deps would drop it, harmlessly). The wait
-                   is satisfied by the same event as before (every peer finished its whole scatter grid), and
-                   combine's grid no longer sets a count, so re-tiling it cannot break the link (§6(g) hazard).
+                   notify per rank. Only the nearest of those notifiers gets the edge: one upstream of another
+                   (an earlier layer's dispatch_push) is before the barrier through it already, so the deps do
+                   not grow with the layers before it. The payload-before-notify rule (§5) holds because the
+                   barrier runs after every put it announces. The waiter keeps its name and becomes its own
+                   notifier, so `check_signals`' link expected = epoch × per-epoch count stays true (1 notify
+                   per epoch). Refused when another waiter still counts the notifier's per-block notifies. The
+                   dispatch_push dep is implied through dispatch_wait → dispatch_gather → … → combine; it is
+                   kept to match the seed's task list (canonicalize's canonical-deps would drop it, harmlessly).
+                   The wait is satisfied by the same event as before (every peer finished its whole scatter
+                   grid), and combine's grid no longer sets a count, so re-tiling it cannot break the link
+                   (§6(g) hazard).
     * drop-aer     AER off on the one-notify notifiers (combine), on every node gated by a wait's token
                    (dispatch_gather, shared_routed), on the one-notify barriers (combine_wait: it is built
                    without AER) and, with `drop_aer_on_waits` (default), on every cross-rank wait
@@ -206,16 +209,23 @@ def _one_notify_refusal(g: Graph, wait: Node, notifier: Node) -> str | None:
 
 
 def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
-    """Results of the notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine)."""
-    found = []
+    """Results of the nearest notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine):
+    those not upstream of another of them (an earlier layer's push is before its successor's)."""
+    found: list[Node] = []
     for name in sorted(g.ancestors(notifier) & g.names_of_op("signal_wait")):
         node = g.nodes[name]
         if node is wait:
             continue
         other = g.nodes.get(node.attrs.get("notifier", ""))
-        if other is not None and other is not node and is_notifier(other) and other.results[0] not in found:
-            found.append(other.results[0])
-    return found
+        if other is not None and other is not node and is_notifier(other) and other not in found:
+            found.append(other)
+    nearest: list[Node] = []
+    for node in sorted(found, key=attrgetter("seq"), reverse=True):   # latest first: the rest are mostly upstream
+        if any(node.name in g.ancestors(n) for n in nearest):
+            continue
+        up = g.ancestors(node)
+        nearest = [n for n in nearest if n.name not in up] + [node]
+    return [n.results[0] for n in _by_name(nearest)]
 
 
 _SWEEP: dict[int, dict] = {}   # id(graph) -> memo, alive during one match() sweep (see match)

@@ -1,9 +1,8 @@
 """typed-gather: consumers of an all-to-all / all-gather read the exchange window; the copy-out wave goes."""
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
-from operator import attrgetter, lt
+from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node, Value
 
@@ -35,8 +34,10 @@ class TypedGather(Pass):
     * release: barrier 2's old job (no peer may rewrite the window while a consumer still reads it) moves to a
       `window_release` of the window whose deps are every last reader of the window; it meets the peers and resets
       the credit cells, moving no data. Its window operand also orders it before any later writer of the window,
-      and every later rendezvous collective of the graph (the reduce-scatter) gets a dep on it: all ranks must meet
-      their peers in one collective order, or two ranks each hold their cores at a different rendezvous (deadlock).
+      and it is ordered before every later rendezvous collective of the graph: all ranks must meet their peers in
+      one collective order, or two ranks each hold their cores at a different rendezvous (deadlock). Only the
+      first of them not yet after the release (the reduce-scatter) gets a dep on it; the later ones follow that
+      one through the rank's chain of collectives, so the deps stay one per release however many layers follow.
     Explicit deps of the copy-out are carried to the consumers (the release follows them).
     Bitwise: the consumers read exactly the bytes the copy-out copied.
     It does not fire when the copy is returned by the graph (the local tensor must then exist; a consumer cannot
@@ -79,10 +80,10 @@ class TypedGather(Pass):
                            deps=_sorted_unique([u.results[0] for u in last]), near=copy)
         g.remove_node(copy)
         sweep.edited(copy, [view.producer] if view is not window else [], release)
-        later = _order_after(g, release, sweep)
+        later, edged = _order_after(g, release, sweep)
         sweep.finish(g, later)
         rows = f"%{view.name}" if view is not window else "the whole window"
-        before = f", before {', '.join('%' + n.name for n in later)}" if later else ""
+        before = f", before {', '.join('%' + n.name for n in edged)}" if edged else ""
         return RewriteRecord("typed-view", copy.name,
                              f"{', '.join('%' + n.name for n in consumers)} read {rows}; "
                              f"%{release.name} after {len(last)} reader(s){before}")
@@ -109,30 +110,22 @@ def meets_peers(node: Node) -> bool:
                 and getattr(opdef, "wait_operand", None) is None)
 
 
-def _order_after(g: Graph, release: Node, sweep: "_Sweep") -> list[Node]:
-    """Give every rendezvous collective that is not already ordered around the release a dep on it: every rank must
-    meet its peers in the same collective order, else two ranks each hold their cores at a different rendezvous
-    and wait for the other (a deadlock). Returns the nodes that got the edge."""
-    up, down = g.ancestors(release), _descendants(g, release)
-    unordered = [n for n in sweep.peers if n.name not in up and n.name not in down and n.name != release.name]
-    later = g.in_topo_order(unordered, sweep.chained)
-    for node in later:
-        sweep.add_dep(g, node, release.result)
-    return later
-
-
-def _descendants(g: Graph, start: Node) -> set[str]:
-    """nx.descendants of `start` on g.to_networkx(), by walking users without building the networkx graph."""
-    seen: set[str] = set()
-    stack = [start]
-    while stack:
-        cur = stack.pop()
-        for n in [u for v in cur.results for u in g.users(v)]:
-            if n.name not in seen:
-                seen.add(n.name)
-                stack.append(g.nodes[n.name])
-    seen.discard(start.name)
-    return seen
+def _order_after(g: Graph, release: Node, sweep: "_Sweep") -> tuple[list[Node], list[Node]]:
+    """Order the new release before every rendezvous collective not already before it: every rank must meet its
+    peers in the same collective order, else two ranks each hold their cores at a different rendezvous and wait
+    for the other (a deadlock). Taken in topological order, a collective gets a dep on the release only when
+    the release does not reach it yet: the ones that follow an earlier one (the next in the rank's chain of
+    collectives, or one that got the edge) are after the release already. Returns (those collectives in
+    topological order, the ones that got the edge)."""
+    up = g.ancestors(release)          # the release was just added: no node is after it yet
+    later = g.in_topo_order([n for n in sweep.peers if n.name not in up and n is not release], sweep.chained)
+    edged: list[Node] = []
+    for prev, node in zip([None] + later, later):
+        if prev is not None and (sweep.follows(g, prev, node) or any(g.reaches(e, node) for e in edged)):
+            continue
+        _add_deps(g, node, [release.result])
+        edged.append(node)
+    return later, edged
 
 
 @dataclass(eq=False)
@@ -146,7 +139,6 @@ class _Sweep:
     peers: list[Node] = field(default_factory=list)      # in g.nodes order
     later: list[Node] = field(default_factory=list)      # the last release's later collectives, in order
     chained: dict = field(default_factory=dict)          # pairs of consecutive ones found chained
-    dep_names: dict[Node, tuple] = field(default_factory=dict)   # node → (its deps list, their sorted names)
 
     def start(self, g: Graph, copy: Node) -> None:
         """Before rewriting `copy`. A rewrite removes only edges at its copy, so a chained pair stays chained
@@ -154,8 +146,7 @@ class _Sweep:
         from it to the copy would have put it before; the release edges added since start at a node it does
         not reach)."""
         if g.version != self.version:
-            self.peers, self.later = [n for n in g.nodes.values() if meets_peers(n)], []
-            self.chained, self.dep_names = {}, {}
+            self.peers, self.later, self.chained = [n for n in g.nodes.values() if meets_peers(n)], [], {}
         at = next((i for i, n in enumerate(self.later) if n is copy), len(self.later))
         for a, b in zip(self.later[:at + 1], self.later[1:at + 2]):      # the pairs up to the one after the copy
             key = (id(a), id(b))
@@ -166,21 +157,16 @@ class _Sweep:
         """The rewrite removed `copy` and added `views` and then `release` (at the end of g.nodes)."""
         self.peers = [n for n in self.peers if n is not copy] + [n for n in (*views, release) if meets_peers(n)]
 
-    def add_dep(self, g: Graph, node: Node, value: Value) -> None:
-        """_add_deps(g, node, [value]), keeping the names of the node's deps: a collective gets a dep from every
-        release before it, so later ones have many."""
-        known = self.dep_names.get(node)
-        if known is None or known[0] is not node.deps:
-            names = list(map(_NAME, node.deps))
-            known = (node.deps, names if all(map(lt, names, names[1:])) else None)   # sorted and unique?
-        names = known[1]
-        i = bisect_left(names, value.name) if names is not None else 0
-        if names is None or (i < len(names) and names[i] == value.name):
-            _add_deps(g, node, [value])
-            self.dep_names.pop(node, None)
-            return
-        g.insert_dep(node, i, value)       # where its name sorts: the deps stay sorted and unique
-        self.dep_names[node] = (node.deps, names[:i] + [value.name] + names[i:])
+    def follows(self, g: Graph, a: Node, b: Node) -> bool:
+        """Does `a` reach `b`? A pair found chained is remembered (the nodes stay referenced, so their ids stay
+        theirs)."""
+        key = (id(a), id(b))
+        if key in self.chained:
+            return True
+        if not g.reaches(a, b):
+            return False
+        self.chained[key] = (a, b)
+        return True
 
     def finish(self, g: Graph, later: list[Node]) -> None:
         pairs = {(id(a), id(b)) for a, b in zip(later, later[1:])}

@@ -1,7 +1,8 @@
 """moe-handshake-deps on the MoE layer: bitwise on tiny (3 seeds, hash and sort routing) and still within the golden
 tolerance; equal to tests/layers/test_moe_layer.py's hand-applied after form (with drop_aer_on_waits=false); a
 no-op on the attention layers; fires at flash TP4 (EP16); the multi-rank simulator deadlocks the before form
-under a small core budget and completes the after form. Before/after cases: tests/passes/moe-handshake-deps/."""
+under a small core budget and completes the after form; in a model each barrier is gated on its own layer's push
+only. Before/after cases: tests/passes/moe-handshake-deps/."""
 from __future__ import annotations
 
 import networkx as nx
@@ -14,6 +15,7 @@ from dspark_ir.ops.signal import check_signals, waits
 from lowering.simulate import simulate
 from passes import Skip, get_pass
 from passes.manager import node_keys
+from perf.model import model_graph
 
 from .layer_support import ATTENTION, SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses
 from .support import HERE
@@ -136,6 +138,21 @@ def test_case_skip_reasons():
     sites, reasons = _reasons("one_notify", barrier_notifiers=("signal_notify",))
     assert ("anchor-wait", "d.wait") in sites and ("one-notify", "c.wait") in sites
     assert reasons == {"d.wait": "one-notify: %d.push does not notify per block"}
+
+
+def test_each_barrier_of_a_model_is_gated_on_its_own_push_only():
+    """4 chained MoE layers (tiny model): an earlier layer's push is upstream of the next layer's push, so each
+    one-notify barrier gets deps on its own combine grid and its own layer's push, not on every earlier push."""
+    g = optimise(model_graph("tiny", tp=2), PASS, numerics=False).graph
+    count = g.attributes["layers"]
+    assert count >= 3
+    for k in range(count):
+        cw = g.nodes[f"L{k}.moe.moe.combine_wait"]
+        assert cw.op == "signal_barrier"
+        assert [d.name for d in cw.deps] == [f"L{k}.moe.moe.combine", f"L{k}.moe.moe.dispatch_push"]
+    for k in range(1, count):       # the dropped edges are implied: the earlier pushes stay before the barrier
+        assert g.reaches(g.nodes[f"L{k - 1}.moe.moe.dispatch_push"], g.nodes[f"L{k}.moe.moe.dispatch_push"])
+    assert list(check_signals(g)) == []
 
 
 # ---- flash TP4 (graph level) ----------------------------------------------------------------------------------

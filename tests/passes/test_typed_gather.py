@@ -2,7 +2,8 @@
 window group is pad) for 3 seeds, and within the golden tolerance; the optimised TP4 graphs lower cleanly and
 complete in the simulator on one core group per rank with the interpreter's values (the release is ordered before
 the reduce-scatter: without that edge two ranks deadlock at different rendezvous); a no-op at TP1 and on MoE;
-fires on every attention layer at flash TP4. Before/after cases: tests/passes/typed-gather/."""
+fires on every attention layer at flash TP4; on the chained layers of a model each release gets one ordering
+edge, to its own layer's reduce-scatter. Before/after cases: tests/passes/typed-gather/."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +14,8 @@ from dspark_ir.interp import run
 from lowering import build_task_graph, lint
 from lowering.simulate import simulate
 from passes import PassContext, run_pipeline
+from passes.typed_gather import meets_peers
+from perf.model import model_graph
 
 from .layer_support import ATTENTION, SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses, tiny
 
@@ -117,3 +120,23 @@ def test_default_pipeline_runs_it_on_every_tp_layer():
         result = run_pipeline(tiny(layer, 2), ctx=PassContext(use_env=False, check_numerics=False))
         assert {r.name: r.status for r in result.runs}["typed-gather"] == "changed", layer
         assert RELEASE in result.graph.nodes
+
+
+def test_each_release_of_a_model_orders_only_the_nearest_collective():
+    """4 chained decoder layers (tiny model at TP2): layer k's release is a dep of layer k's reduce-scatter and of
+    nothing else; the later exchanges and reduce-scatters are after it through the chain of collectives, which
+    stays one total order (every rank meets its peers in it)."""
+    g = optimise(model_graph("tiny", tp=2), "typed-gather", numerics=False).graph
+    count = g.attributes["layers"]
+    assert count >= 3
+    releases = {f"L{k}.{RELEASE}" for k in range(count)}
+    for node in g.nodes.values():
+        got = [d.name for d in node.deps if d.name in releases]
+        layer = node.name.split(".")[0]
+        assert got == ([f"{layer}.{RELEASE}"] if node.name == f"{layer}.{RS}" else []), node.name
+    for k in range(count):
+        for i in range(2):
+            assert [d.name for d in g.nodes[f"L{k}.o.tp_o_a.g{i}"].deps] == [f"L{k}.{A2A}"]
+    chain = [n for n in g.topo_order() if meets_peers(n)]
+    assert [n.name for n in chain] == [f"L{k}.{name}" for k in range(count) for name in (A2A, RELEASE, RS)]
+    assert all(g.reaches(a, b) for a, b in zip(chain, chain[1:]))

@@ -1,6 +1,8 @@
 """The compile-speed benchmark runs and reports ratios (no timing assertion: machines differ)."""
 from __future__ import annotations
 
+from collections import Counter
+
 from dspark_cli.main import main
 from dspark_ir import verify
 from perf.bench import bench_table, run_bench
@@ -15,6 +17,27 @@ def test_model_graph_chains_the_layers():
     assert "positions" in {p.name for p in g.params} and "L3.moe.w1" in {p.name for p in g.params}
     doubled = model_graph("tiny", repeat=2)
     assert len(doubled) == 2 * len(g) and doubled.attributes["layers"] == 8
+
+
+def test_optimised_deps_grow_linearly_with_the_layers():
+    """The default pipeline's explicit deps double when the model doubles: a release orders the next collective
+    only and a one-notify barrier waits for its own layer's push, not for every earlier layer's (which made the
+    deps, and everything downstream of them, grow with the square of the layers)."""
+    from passes import PassContext, run_pipeline
+
+    def deps(g) -> Counter:
+        out = Counter()
+        for n in g.nodes.values():
+            out[n.op] += len(n.deps)
+        return out
+
+    once = deps(run_pipeline(model_graph("tiny", tp=2), ctx=PassContext(use_env=False)).graph)
+    twice = deps(run_pipeline(model_graph("tiny", tp=2, repeat=2), ctx=PassContext(use_env=False)).graph)
+    for op in ("o_group_a2a", "o_proj_a", "window_release", "tp_o_reduce_scatter", "signal_barrier"):
+        assert twice[op] == 2 * once[op], op
+    assert once["o_group_a2a"] == 0 and once["tp_o_reduce_scatter"] == 4      # one release dep per layer
+    assert all(twice[op] <= 2 * once[op] for op in twice), twice - once - once
+    assert sum(twice.values()) <= 2 * sum(once.values())
 
 
 def test_bench_reports_stages_and_ratios():
