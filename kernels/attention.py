@@ -101,10 +101,19 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 #   with a −1 slot it writes row −1 (the last row) and, on CPU, also corrupts other rows. The kernel writes
 #   only the inserted rows of `kv_cache` (the caller passes the same buffer as `kv_cache_in`). The bias is
 #   where(col < lens, 0, −1e20) with col = arange(window).
-# * swa_gather_kv: index_select of the clamped index max(idx, 0), then where(idx ≥ 0, row, 0). The
-#   index_select tile covers the block's whole [rows, window] index (only head_dim is split): with an
-#   in-kernel computed index, pypto 0.2.0's InferParamIndex pass mis-assigns index tiles otherwise
-#   (pass-verify FAILS whenever a tile splits the index dims; the tensor graph itself computes right).
+# * swa_gather_kv: groups of n tokens (4 on flash: 512 KiB of rows), 4 groups per loop iteration, each group
+#   one forced subgraph, i.e. one pypto task: index_select of the clamped index max(idx, 0), then
+#   where(idx ≥ 0, f32(row), 0) rounded back (bf16 → f32 → bf16 is exact; a −1 row reads +0). The where is
+#   written in f32: pypto puts the implicit casts of a bf16 where outside the subgraph (more tasks per tile).
+#   The cost model's span follows the task count and the loop iterations (each task ~300 cycles of dispatch,
+#   ~10 iterations in flight), not the bytes: one token per iteration and an unfused chain made 1280 tasks and
+#   253 µs on flash TP4; this makes 32 tasks and 21 µs (its roofline). The index_select tile covers the group's
+#   whole [n, window] index (only head_dim is split, to ≤ 32 KiB of rows as for the broadcast where in
+#   kernels/sparse.py): with an in-kernel computed index, pypto 0.2.0's InferParamIndex pass mis-assigns index
+#   tiles otherwise (pass-verify FAILS whenever a tile splits the index dims; the tensor graph itself computes
+#   right). A group past the last row is moved back to end there (rewriting rows of an earlier group with the
+#   same values; no `if` per token: pypto's compile time grows with the body's paths, > 10 min for 16 tokens),
+#   partial only when rows < n.
 # * qk_pv: token by token with 2-D cube matmuls (kernels/attn_pto.py `_pto_token_partial`: q·Kᵀ, then bf16(p)·K;
 #   a batched matmul would copy every batch slice in and out), one k_tile of the token's window rows at a time,
 #   valid where index ≥ 0 and bias ≥ 0, the reference's mask/exp order, l in numpy's pairwise order, the tiles
@@ -161,27 +170,44 @@ def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_GATHER_TASK_ELEMS = 4 * 128 * 512  # rows one gather task writes: 4 flash tokens (512 KiB of bf16)
+_PTO_GATHER_TASKS_PER_ITER = 4
+
+
 def pypto_swa_gather_kv(spec: KernelSpec) -> str:
     cache, idx = spec.operands
     out = spec.results[0]
-    _, window = idx.shape
+    window = idx.shape[1]
     d = cache.shape[1]
-    src = Src(spec.signature())
-    loop = RowLoop(src, idx, max(1, min(8, 4096 // (window * d))))
-    blk = _PtoBlock(loop, idx)
-    br = blk.rows
+    n = max(1, min(8, _PTO_GATHER_TASK_ELEMS // (window * d)))  # tokens per gather task
+    groups = _PTO_GATHER_TASKS_PER_ITER
+    if not idx.is_dynamic(0):
+        n = min(n, idx.shape[0])
+        groups = min(groups, -(-idx.shape[0] // n))
     d_tile = d
-    while br * window * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+    while n * window * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
-    with loop.loop():
-        _pto_set_tile(src, [br, window])
-        src(f"iv = {loop.view(idx)}")
-        src("ci = pypto.maximum(iv, 0)")
-        src(f"ok = {blk.reshape(cast_expr('iv', idx.dtype, 'f32'), [br, window, 1])}")
-        _pto_set_tile(src, [br, window, d_tile])  # the whole index block in one tile (see above)
-        src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"y = {cast_expr('pypto.where(pypto.ge(ok, 0.0), g, 0.0)', 'f32', out.dtype)}")
-        loop.store("y", out)
+    step = n * groups
+    src = Src(spec.signature())
+    src(f"rows = {idx.name}.shape[0]" if idx.is_dynamic(0) else f"rows = {idx.shape[0]}")
+    loop = f'pypto.loop(0, (rows + {step - 1}) // {step}, 1, name="rows_loop", idx_name="blk")'
+    with src.block(f"for blk in {loop}:"):
+        for j in range(groups):
+            src(f"r = pypto.max(pypto.min(blk * {step} + {j * n}, rows - {n}), 0)")  # (see above)
+            src(f"valid = pypto.min(rows - r, {n})")
+            _pto_scope(src, j + 1)
+            _pto_set_tile(src, [n, window])
+            src(f"iv = pypto.view({idx.name}, [{n}, {window}], [r, 0], valid_shape=[valid, {window}])")
+            src("ci = pypto.maximum(iv, 0)")
+            _pto_set_tile(src, [n, window, 8])
+            src(f"ok = pypto.reshape({cast_expr('iv', idx.dtype, 'f32')}, [{n}, {window}, 1], "
+                f"valid_shape=[valid, {window}, 1])")
+            _pto_set_tile(src, [n, window, d_tile])  # the whole index block in one tile (see above)
+            src(f"g = pypto.index_select({cache.name}, 0, ci)")
+            where = f"pypto.where(pypto.ge(ok, 0.0), {cast_expr('g', cache.dtype, 'f32')}, 0.0)"
+            src(f"y = {cast_expr(where, 'f32', out.dtype)}")
+            src(f"pypto.assemble(y, [r, 0, 0], {out.name})")
+            _pto_scope(src, -1)
     return src.text()
 
 

@@ -235,6 +235,16 @@ def _gather_inputs(g, rng):
     return {"cache": rng.standard_normal((100, 64)).astype(np.float32), "idx": idx}
 
 
+def _gather_flash_inputs(g, rng):
+    t = g.symbols["T"]
+    idx = rng.integers(0, 200, (t, 128)).astype(np.int32)
+    idx[rng.random((t, 128)) < 0.25] = -1
+    idx[1] = -1
+    cache = rng.standard_normal((200, 512)).astype(np.float32)
+    cache[::7] = -0.0                      # −0 rows read back as −0, a −1 (clamped to row 0) as +0
+    return {"cache": cache, "idx": idx}
+
+
 def _attn_inputs(g, rng):
     t = g.symbols["T"]
     idx = rng.integers(0, 100, (t, 32)).astype(np.int32)
@@ -276,6 +286,11 @@ EDGES = {
         "graph @k<T = 5>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
         "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64} : bf16[T,64,512]\n"
         "  return %q\n}\n")),
+    # two 128-blocks per head (the chained body's block tree), T = 6: one loop iteration and two tail tokens
+    "qproj_two_blocks": ("qproj_dequant_rms_nope_rope", Case(
+        "graph @k<T = 6>(%acc: i32[T,2048], %sa: f32[T], %sw: f32[2048], %c: bf16[T,32], %s: bf16[T,32]) {\n"
+        "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 8} : bf16[T,8,256]\n"
+        "  return %q\n}\n")),
     # a width numpy splits unevenly (200 → 96 + 104: the generic pairwise recursion)
     "qproj_uneven_width": ("qproj_dequant_rms_nope_rope", Case(
         "graph @k<T = 11>(%acc: i32[T,600], %sa: f32[T], %sw: f32[600], %c: bf16[T,16], %s: bf16[T,16]) {\n"
@@ -291,6 +306,14 @@ EDGES = {
     "swa_gather_kv_holes": ("swa_gather_kv", Case(
         "graph @k<T = 19>(%cache: bf16[100,64], %idx: i32[T,16]) {\n"
         "  %r = swa_gather_kv(%cache, %idx) : bf16[T,16,64]\n  return %r\n}\n", make_inputs=_gather_inputs)),
+    # fewer tokens than a gather group (8 here): the one group is partial
+    "swa_gather_kv_few_tokens": ("swa_gather_kv", Case(
+        "graph @k<T = 3>(%cache: bf16[100,64], %idx: i32[T,16]) {\n"
+        "  %r = swa_gather_kv(%cache, %idx) : bf16[T,16,64]\n  return %r\n}\n", make_inputs=_gather_inputs)),
+    # the flash row shape (groups of 4 tokens): T = 6, the groups past row 2 moved back to rows 2..5
+    "swa_gather_kv_flash_rows": ("swa_gather_kv", Case(
+        "graph @k<T = 6>(%cache: bf16[200,512], %idx: i32[T,128]) {\n"
+        "  %r = swa_gather_kv(%cache, %idx) : bf16[T,128,512]\n  return %r\n}\n", make_inputs=_gather_flash_inputs)),
     "qk_pv_two_tiles_masked": ("qk_pv", Case(
         "graph @k<T = 10>(%q: bf16[T,4,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
         "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 16}"
@@ -320,6 +343,9 @@ def test_edge_cases_reach_what_they_claim(edge_batch):
     _, job, _ = edge_batch["swa_cache_insert_skip_and_duplicates"]
     slots = job.inputs["slot_mapping"]
     assert (slots < 0).sum() == 3 and len(set(slots[slots >= 0])) < (slots >= 0).sum()
+    _, job, _ = edge_batch["swa_gather_kv_flash_rows"]
+    idx, rows = job.inputs["indices"], job.goldens["out"].view(np.uint16)
+    assert (rows[(idx >= 0) & (idx % 7 == 0)] == 0x8000).all() and (rows[idx < 0] == 0).all()
     _, job, _ = edge_batch["qk_pv_two_tiles_masked"]
     assert job.goldens["m"][3].max() == np.float32(-1e20) and not job.goldens["o"][3].any()
     _, job, res = edge_batch["merge_norm_masked_token"]
