@@ -11,7 +11,8 @@ from .qkv import _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
 _PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
-_PTO_QK_ROWS = 4         # tokens per loop iteration of the per-token tile partials
+_PTO_QK_ROWS = 8         # tokens per loop iteration of one-tile-per-token partials (SWA, HCA raw window)
+_PTO_CSA_QK_ROWS = 4     # the same for CSA's window + top-k tiles (5 per token: an iteration's graph is 5× larger)
 
 
 def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:

@@ -235,9 +235,9 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
-                       _pto_head_tile, _pto_swap_index, _pto_token_keys, _pto_token_partial, _pto_token_rows,
-                       _pto_token_tile, _PtoMerge)
+from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
+                       _pto_cube_wide, _pto_head_tile, _pto_swap_index, _pto_token_keys, _pto_token_partial,
+                       _pto_token_rows, _pto_token_tile, _PtoMerge)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
@@ -360,7 +360,7 @@ def _pto_csa_token(src: Src, spec: KernelSpec, hb, r0: str, s_tile, tok: int) ->
 
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv], token by token
-    with 2-D cube matmuls (q [H, HD]; a batched matmul copies every batch slice in and out), _PTO_QK_ROWS tokens
+    with 2-D cube matmuls (q [H, HD]; a batched matmul copies every batch slice in and out), _PTO_CSA_QK_ROWS tokens
     per loop iteration: each k_tile block gathers its rows (`_pto_token_keys`; a block straddling the two lists
     concatenates both gathers, masked), is masked where bias < 0 or index < 0, runs the tile partial
     (`_pto_token_partial`) and is stored as item j (its o zeroed when the block has no index at all, in the
@@ -369,7 +369,7 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     q = spec.operands[0]
     heads, kt = q.shape[1], int(spec.attrs["k_tile"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
+    loop = RowLoop(src, q, _PTO_CSA_QK_ROWS, name="tok")
     hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
     hb.rows, hb.partial = heads, False
     s_tile = _pto_token_tile(heads, kt)
