@@ -124,9 +124,9 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 #   group-major with one assemble per group. Bitwise the reference's on CPU except where the calculator's exp
 #   (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
-from .attn_pto import (_PTO_MERGE_ROWS, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_head_tile, _pto_swap_index,  # noqa: E402
+from .attn_pto import (_PTO_MERGE_ROWS, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_head_tile,  # noqa: E402
                        _pto_token_partial, _pto_token_rows, _pto_token_tile, _PtoMerge)
-from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
+from .qkv import _PtoBlock, _pto_scope, _pto_set_tile, _pto_swap_index  # noqa: E402
 
 _PTO_NEG_INF_ATTN = -1.0e20
 

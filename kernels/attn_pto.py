@@ -225,11 +225,3 @@ class _PtoMerge:
             _pto_set_tile(src, [1, br, max(8, min(hg * hd, 2 * _PTO_TILE_ELEMS // br))])
             src(f"pk3 = pypto.reshape(hgv, [1, {br}, {hg * hd}]{valid3})")
             src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
-
-
-def _pto_swap_index(src: Src, rd: int, name: str) -> None:
-    """`name` = i32 [rd] holding j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) (f32 arithmetic on an arange, exact)."""
-    _pto_set_tile(src, [max(rd, 8)])
-    src(f"sj = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
-    src("sjo = pypto.sub(sj, pypto.mul(pypto.floor(pypto.mul(sj, 0.5)), 2.0))")
-    src(f"{name} = {cast_expr('pypto.sub(pypto.add(sj, 1.0), pypto.mul(sjo, 2.0))', 'f32', 'i32')}")

@@ -87,7 +87,14 @@ def kv_rms_norm_rope(kv_acc, gamma_ckv, cos_il, sin_signed, *, eps=1e-6, **_):
 # axis is moved to the rows by a transpose and numpy's order runs as adds of whole [8, C] / [1, C] row views,
 # a pair swap is a row swap of the transposed rope part, and every token (or block of whole rows) is one
 # forced subgraph (`sg_set_scope`). Flash TP4 cost-model µs, before → after: qproj_dequant_rms_nope_rope
-# 2217 → 194, kv_rms_norm_rope 87 → 10, qr_rms_norm_quant 26 → 12, rope_tables (1 block) 135 → 3.
+# 2217 → 194 → 83, kv_rms_norm_rope 87 → 10, qr_rms_norm_quant 26 → 12, rope_tables (1 block) 135 → 3.
+# What the cost model charges inside a task (read from its per-pipe logs): one MTE_IN pipe per core runs every
+# copy into the UB one after the other, ~1.4 k cycles each plus ~95 B/cycle; a view or reshape stays in the UB
+# only if its tile lies inside one tile of its producer and starts 32-byte aligned (a [rows, 1] column view or
+# a reshape between differently padded layouts goes out to global memory and back, once per consumer); a
+# binary op on 64 KiB tiles fills the 192 KiB UB (anything else live spills); a task that many tasks depend
+# on costs the AICPU ~390 cycles per dependent, serially; the `alone µs` of a kernel is its summed task time
+# over its IR blocks, so busy time stalled on copies counts.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
 
 
@@ -528,14 +535,120 @@ def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
 
 
 _PTO_QPROJ_UNROLL = 4    # tokens per loop iteration (one task each)
+_PTO_QPROJ_CHAIN = 16384  # f32 elements of one head chain: a single 64 KiB tile per operand
 
 
-def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
-    """q = (f32(acc)·qr_scale)·wq_b_scale → [H, hd] per token; q·inv_rms per head; RoPE on the last rd dims;
-    one bf16 rounding (nope and rope parts assembled separately).
+def _pto_qproj_chain_heads(heads: int, hd: int, rd: int) -> int | None:
+    """Heads per chain of the fast token body, or None when the shapes need the generic one. The fast body
+    needs numpy's pairwise order of width hd to be 8 accumulators over whole 128-blocks (hd = 128·2^k, or
+    hd ≤ 128 and a multiple of 8), chains of whole 8-head groups (its transposes) and the rope part at a
+    32-byte aligned column (a view, not a copy)."""
+    nb = hd // 128
+    if not ((hd % 128 == 0 and nb & (nb - 1) == 0) or (hd <= 128 and hd % 8 == 0)):
+        return None
+    if (hd - rd) % 8 or rd % 2:
+        return None
+    hg = next((d for d in range(min(heads, _PTO_QPROJ_CHAIN // hd), 0, -1) if heads % d == 0), 1)
+    return hg if hg % 8 == 0 else None
 
-    One token per forced subgraph, 4 per loop iteration (flash: 2217 → ~194 µs in the cost model): rank-2
-    math on q [H, hd] (the row sums by `_pto_row_sums`, the RoPE pair swap by `_pto_rope_rows`)."""
+
+def _pto_swap_index(src: Src, rd: int, name: str) -> None:
+    """`name` = i32 [rd] holding j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) (f32 arithmetic on an arange, exact)."""
+    _pto_set_tile(src, [max(rd, 8)])
+    src(f"sj = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
+    src("sjo = pypto.sub(sj, pypto.mul(pypto.floor(pypto.mul(sj, 0.5)), 2.0))")
+    src(f"{name} = {cast_expr('pypto.sub(pypto.add(sj, 1.0), pypto.mul(sjo, 2.0))', 'f32', 'i32')}")
+
+
+def _pto_qproj_inv_rms(src: Src, q: str, hg: int, hd: int, eps: float, out: str) -> None:
+    """`out` [hg, 1] = 1/sqrt(mean(q², -1) + eps) of the f32 chain q [hg, hd] (one tile), numpy's pairwise sum
+    bitwise: the 8 accumulators of every 128-block side by side as adds of aligned [hg·nb, 8] column views of
+    q² reshaped to [hg·nb, 128] (row h·nb + b); [hg·nb, 8] → [hg, 8·nb] → transposed to [8·nb, hg] (row b·8 + k)
+    → [nb, 8·hg], so the 8-accumulator tree adds [nb, hg] column views and the block tree [1, hg] rows; 1/rms as
+    a [1, hg] row, turned into the [hg, 1] column by an [8, hg] transpose. Every view stays inside its
+    producer's tile (no copy through global memory)."""
+    nb = max(1, hd // 128)
+    width = min(hd, 128)
+    c = hg * nb
+    src(f"pypto.set_vec_tile_shapes({hg}, {hd})")
+    src(f"sq = pypto.mul({q}, {q})")
+    src(f"pypto.set_vec_tile_shapes({c}, {width})")
+    src(f"sb = pypto.reshape(sq, [{c}, {width}])")
+    src(f"pypto.set_vec_tile_shapes({c}, 8)")
+    src(f"a8 = pypto.view(sb, [{c}, 8], [0, 0])")
+    for i in range(8, width, 8):
+        src(f"a8 = pypto.add(a8, pypto.view(sb, [{c}, 8], [0, {i}]))")
+    src(f"pypto.set_vec_tile_shapes({hg}, {8 * nb})")
+    src(f"a8t = pypto.transpose(pypto.reshape(a8, [{hg}, {8 * nb}]), 0, 1)")
+    src(f"pypto.set_vec_tile_shapes({nb}, {8 * hg})")
+    src(f"a4 = pypto.reshape(a8t, [{nb}, {8 * hg}])")
+    k = [f"pypto.view(a4, [{nb}, {hg}], [0, {j * hg}])" for j in range(8)]
+    src(f"pypto.set_vec_tile_shapes({nb}, {hg})")
+    src(f"sk = pypto.add(pypto.add(pypto.add({k[0]}, {k[1]}), pypto.add({k[2]}, {k[3]})), "
+        f"pypto.add(pypto.add({k[4]}, {k[5]}), pypto.add({k[6]}, {k[7]})))")
+
+    def tree(lo: int, hi: int) -> str:
+        if hi - lo == 1:
+            return f"pypto.view(sk, [1, {hg}], [{lo}, 0])"
+        mid = (lo + hi) // 2
+        return f"pypto.add({tree(lo, mid)}, {tree(mid, hi)})"
+
+    src(f"pypto.set_vec_tile_shapes(1, {hg})")
+    src(f"ssr = {tree(0, nb)}")
+    src(f"invr = pypto.div(pypto.full([1, {hg}], 1.0, pypto.DT_FP32), "
+        f"pypto.sqrt(pypto.add(pypto.div(ssr, {float(hd)!r}), {float(eps)!r})))")
+    src(f"pypto.set_vec_tile_shapes(8, {hg})")
+    src(f"inv8 = pypto.transpose(pypto.expand_clone(invr, [8, {hg}]), 0, 1)")
+    src(f"pypto.set_vec_tile_shapes({hg}, 8)")
+    src(f"{out} = pypto.view(inv8, [{hg}, 1], [0, 0])")
+
+
+def _pto_qproj_token_chains(src: Src, spec: KernelSpec, hg: int) -> None:
+    """One token (row r0) in chains of hg heads, each one tile [hg, hd]: q = (f32(acc)·sa)·sw, inv_rms
+    (`_pto_qproj_inv_rms`), the nope part cast and assembled, the rope part r·c + r[j ^ 1]·s with the partner by
+    `pypto.gather` on the last axis (j ^ 1 built once per token)."""
+    acc, sa, sw, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    _, heads, hd = out.shape
+    n = acc.shape[1]
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    w = hg * hd
+    eps = float(spec.attrs.get("eps", 1e-6))
+    _pto_swap_index(src, rd, "sji")
+    src(f"pypto.set_vec_tile_shapes({hg}, {rd})")
+    src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{hg}, {rd}])")
+    for g in range(heads // hg):
+        # sa per chain: one [1, 1] read each, so no chain keeps the other's broadcast tile alive (a spill)
+        src("pypto.set_vec_tile_shapes(1, 8)")
+        src(f"sav = pypto.view(pypto.reshape({sa.name}, [rows, 1], inplace=True), [1, 1], [r0, 0])")
+        src(f"pypto.set_vec_tile_shapes(1, {w})")
+        src(f"x = {cast_expr(f'pypto.view({acc.name}, [1, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
+        src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {n}]), [1, {w}], [0, {g * w}])")
+        src("q2 = pypto.mul(pypto.mul(x, sav), swr)")
+        src(f"pypto.set_vec_tile_shapes({hg}, {hd})")
+        src(f"q = pypto.reshape(q2, [{hg}, {hd}])")
+        _pto_qproj_inv_rms(src, "q", hg, hd, eps, "inv")
+        src(f"pypto.set_vec_tile_shapes({hg}, {hd})")
+        src("qn = pypto.mul(q, inv)")
+        if nope:
+            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{hg}, {nope}], [0, 0])', 'f32', out.dtype)}")
+            src(f"pypto.set_vec_tile_shapes(1, {hg}, {_pto_align(nope)})")
+            src(f"pypto.assemble(pypto.reshape(nb_, [1, {hg}, {nope}]), [r0, {g * hg}, 0], {out.name})")
+        src(f"pypto.set_vec_tile_shapes({hg}, {rd})")
+        for name, t in (("cf", cos_il), ("sf", sin_signed)):
+            if g == 0:
+                src(f"{name} = {cast_expr(f'pypto.view({t.name}, [1, {rd}], [r0, 0])', t.dtype, 'f32')}")
+        src(f"rp = pypto.view(qn, [{hg}, {rd}], [0, {nope}])")
+        src("ro = pypto.add(pypto.mul(rp, cf), pypto.mul(pypto.gather(rp, 1, si), sf))")
+        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes(1, {hg}, {_pto_align(rd)})")
+        src(f"pypto.assemble(pypto.reshape(rob, [1, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
+
+
+def _pto_qproj_token_rows(src: Src, spec: KernelSpec) -> None:
+    """One token (row r0) for any shape: rank-2 math on q [H, hd] (the row sums by `_pto_row_sums`, the RoPE
+    pair swap by `_pto_rope_rows`), tiles split as pypto likes (may go through global memory)."""
     acc, sa, sw, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     _, heads, hd = out.shape
@@ -543,34 +656,51 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
     rd = cos_il.shape[1]
     nope = hd - rd
     eps = float(spec.attrs.get("eps", 1e-6))
+    src("pypto.set_vec_tile_shapes(8)")
+    src(f"sav = pypto.reshape(pypto.view({sa.name}, [1], [r0]), [1, 1])")
+    src(f"pypto.set_vec_tile_shapes(1, {_pto_align(rd)})")
+    src(f"cf = {cast_expr(f'pypto.view({cos_il.name}, [1, {rd}], [r0, 0])', cos_il.dtype, 'f32')}")
+    src(f"sf = {cast_expr(f'pypto.view({sin_signed.name}, [1, {rd}], [r0, 0])', sin_signed.dtype, 'f32')}")
+    src(f"pypto.set_vec_tile_shapes(1, {_pto_align(min(n, 16384))})")
+    src(f"x = {cast_expr(f'pypto.view({acc.name}, [1, {n}], [r0, 0])', acc.dtype, 'f32')}")
+    src(f"q2 = pypto.mul(pypto.mul(x, sav), pypto.reshape({sw.name}, [1, {n}]))")
+    _pto_tile2(src, heads, hd)
+    src(f"q = pypto.reshape(q2, [{heads}, {hd}])")
+    _pto_inv_rms_rows(src, "q", heads, hd, eps, "inv")
+    _pto_tile2(src, heads, hd)
+    src("qn = pypto.mul(q, inv)")
+    if nope:
+        src(f"nb_ = {cast_expr(f'pypto.view(qn, [{heads}, {nope}], [0, 0])', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes(1, {_pto_divisor(heads, 16384 // _pto_align(nope))}, {_pto_align(nope)})")
+        src(f"pypto.assemble(pypto.reshape(nb_, [1, {heads}, {nope}]), [r0, 0, 0], {out.name})")
+    src(f"pypto.set_vec_tile_shapes({min(heads, _PTO_T_TILE)}, {_pto_align(rd, 8)})")
+    src(f"rp = pypto.view(qn, [{heads}, {rd}], [0, {nope}])")
+    _pto_rope_rows(src, "rp", heads, rd, "cf", "sf", "ro")
+    src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+    src(f"pypto.set_vec_tile_shapes(1, {min(heads, _PTO_T_TILE)}, {_pto_align(rd)})")
+    src(f"pypto.assemble(pypto.reshape(rob, [1, {heads}, {rd}]), [r0, 0, {nope}], {out.name})")
+
+
+def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
+    """q = (f32(acc)·qr_scale)·wq_b_scale → [H, hd] per token; q·inv_rms per head; RoPE on the last rd dims;
+    one bf16 rounding (nope and rope parts assembled separately).
+
+    One token per forced subgraph, 4 per loop iteration. Every tensor is read inside the token's subgraph (a
+    shared reshape of wq_b_scale outside the loop was a task with all T token tasks as successors: the
+    AICPU resolves each edge serially, ~50 k cycles at T = 128). Shapes `_pto_qproj_chain_heads` accepts run in
+    chains of whole 64 KiB tiles without any copy through global memory (`_pto_qproj_token_chains`); the
+    others as rank-2 [H, hd] math (`_pto_qproj_token_rows`). Flash TP4 cost model: 128 tasks of 18.6 k cycles
+    (were 43.7 k: spills, column views and reshapes through global memory), 83 µs alone (was 194)."""
+    acc, _, _, cos_il, _ = spec.operands
+    _, heads, hd = spec.results[0].shape
+    hg = _pto_qproj_chain_heads(heads, hd, cos_il.shape[1])
     src = Src(spec.signature())
-    src(f"pypto.set_vec_tile_shapes({_pto_align(min(n, 16384))})")
-    src(f"swr = pypto.reshape({sw.name}, [1, {n}])")
     for unit in _pto_token_units(src, acc, _PTO_QPROJ_UNROLL):
         _pto_scope(src, unit)
-        src("pypto.set_vec_tile_shapes(8)")
-        src(f"sav = pypto.reshape(pypto.view({sa.name}, [1], [r0]), [1, 1])")
-        src(f"pypto.set_vec_tile_shapes(1, {_pto_align(rd)})")
-        src(f"cf = {cast_expr(f'pypto.view({cos_il.name}, [1, {rd}], [r0, 0])', cos_il.dtype, 'f32')}")
-        src(f"sf = {cast_expr(f'pypto.view({sin_signed.name}, [1, {rd}], [r0, 0])', sin_signed.dtype, 'f32')}")
-        src(f"pypto.set_vec_tile_shapes(1, {_pto_align(min(n, 16384))})")
-        src(f"x = {cast_expr(f'pypto.view({acc.name}, [1, {n}], [r0, 0])', acc.dtype, 'f32')}")
-        src("q2 = pypto.mul(pypto.mul(x, sav), swr)")
-        _pto_tile2(src, heads, hd)
-        src(f"q = pypto.reshape(q2, [{heads}, {hd}])")
-        _pto_inv_rms_rows(src, "q", heads, hd, eps, "inv")
-        _pto_tile2(src, heads, hd)
-        src("qn = pypto.mul(q, inv)")
-        if nope:
-            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{heads}, {nope}], [0, 0])', 'f32', out.dtype)}")
-            src(f"pypto.set_vec_tile_shapes(1, {_pto_divisor(heads, 16384 // _pto_align(nope))}, {_pto_align(nope)})")
-            src(f"pypto.assemble(pypto.reshape(nb_, [1, {heads}, {nope}]), [r0, 0, 0], {out.name})")
-        src(f"pypto.set_vec_tile_shapes({min(heads, _PTO_T_TILE)}, {_pto_align(rd, 8)})")
-        src(f"rp = pypto.view(qn, [{heads}, {rd}], [0, {nope}])")
-        _pto_rope_rows(src, "rp", heads, rd, "cf", "sf", "ro")
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
-        src(f"pypto.set_vec_tile_shapes(1, {min(heads, _PTO_T_TILE)}, {_pto_align(rd)})")
-        src(f"pypto.assemble(pypto.reshape(rob, [1, {heads}, {rd}]), [r0, 0, {nope}], {out.name})")
+        if hg is None:
+            _pto_qproj_token_rows(src, spec)
+        else:
+            _pto_qproj_token_chains(src, spec, hg)
         _pto_scope(src, -1)
     return src.text()
 

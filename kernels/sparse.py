@@ -236,11 +236,12 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
 from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
-                       _pto_cube_wide, _pto_head_tile, _pto_swap_index, _pto_token_keys, _pto_token_partial,
+                       _pto_cube_wide, _pto_head_tile, _pto_token_keys, _pto_token_partial,
                        _pto_token_rows, _pto_token_tile, _PtoMerge)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
-from .qkv import _PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_vec_tile  # noqa: E402
+from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_swap_index,  # noqa: E402
+                  _pto_vec_tile)
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
 
