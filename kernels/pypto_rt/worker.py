@@ -20,6 +20,7 @@ import logging
 import os
 import pickle
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -29,6 +30,7 @@ from kernels.pypto_rt.errors import PyptoError
 
 EXIT_JOB_FAILED = 1
 EXIT_FATAL = 3
+EXIT_ORPHANED = 4
 
 
 class JobError(Exception):
@@ -259,8 +261,22 @@ def _fatal(workdir: Path, exc: BaseException) -> int:
     return EXIT_FATAL
 
 
+def exit_with_parent(poll_s: float = 2.0) -> None:
+    """Exit (EXIT_ORPHANED) once the process that started us is gone. An idle worker sees the command pipe close,
+    but one in the middle of a job would otherwise simulate on for nobody (a big kernel runs for an hour)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     workdir, report_fd, command_fd, need_calculator = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
+    exit_with_parent()
     for fd in (report_fd, command_fd):
         os.set_inheritable(fd, False)  # pypto's own child processes must not hold the pipes
     channel = os.fdopen(report_fd, "w", buffering=1)

@@ -333,3 +333,32 @@ def test_calculator_cache_is_built_once_under_concurrency(tmp_path):
     assert entry.name.startswith("torch-9.9.9-cxx11abi1-")
     assert sorted(p.name for p in entry.parent.iterdir() if not p.name.endswith(".lock")) == [entry.name]
     assert calculator.cache_root() != entry.parent or "DSPARK_CACHE_DIR" in os.environ
+
+
+def test_a_worker_exits_when_its_runner_dies():
+    """A worker whose runner is killed mid-job must not simulate on as an orphan: the parent watch exits it."""
+    import time
+
+    child = ("import time; from kernels.pypto_rt.worker import exit_with_parent; exit_with_parent(0.05); "
+             "time.sleep(60)")
+    parent = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+              "print(p.pid, flush=True); import time; time.sleep(0.5)")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not _running(pid):
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    raise AssertionError("the orphaned worker was still running 10 s after its parent exited")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit may wait for a reaper that is not ours)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
