@@ -360,6 +360,15 @@ def _pto_pairwise_rows(src: Src, x_t: str, n: int, cols: int, tag: str) -> str:
     return block(0, n)
 
 
+def _pto_balanced_sum(leaf, lo: int, hi: int) -> str:
+    """The expression adding leaf(lo) … leaf(hi − 1) as a balanced tree (halves split at the midpoint): numpy's
+    order for the 128-blocks of a pairwise sum."""
+    if hi - lo == 1:
+        return leaf(lo)
+    mid = (lo + hi) // 2
+    return f"pypto.add({_pto_balanced_sum(leaf, lo, mid)}, {_pto_balanced_sum(leaf, mid, hi)})"
+
+
 def _pto_row_sums(src: Src, x: str, rows: int, n: int, out: str, tag: str = "pw") -> None:
     """`out` [rows, 1] = numpy's float32 sum over the last axis of the f32 tensor `x` [rows, n] (static rows,
     no valid_shape), in numpy's pairwise order, bitwise. Widths 128·2^k (k ≥ 0) run their 128-blocks side by
@@ -382,14 +391,7 @@ def _pto_row_sums(src: Src, x: str, rows: int, n: int, out: str, tag: str = "pw"
             src(f"{out} = pypto.reshape({lanes}, [{rows}, 1])")
             return
         src(f"{tag}_c = pypto.reshape({lanes}, [{rows}, {nb}])")
-
-        def tree(lo: int, hi: int) -> str:
-            if hi - lo == 1:
-                return f"pypto.view({tag}_c, [{rows}, 1], [0, {lo}])"
-            mid = (lo + hi) // 2
-            return f"pypto.add({tree(lo, mid)}, {tree(mid, hi)})"
-
-        src(f"{out} = {tree(0, nb)}")
+        src(f"{out} = {_pto_balanced_sum(lambda j: f'pypto.view({tag}_c, [{rows}, 1], [0, {j}])', 0, nb)}")
         return
     src(f"pypto.set_vec_tile_shapes({min(_pto_align(n, 8), 128)}, {_pto_align(min(rows, _PTO_T_TILE), 8)})")
     src(f"{tag}_t = pypto.transpose({x}, 0, 1)")
@@ -586,15 +588,8 @@ def _pto_qproj_inv_rms(src: Src, q: str, hg: int, hd: int, eps: float, out: str)
     src(f"pypto.set_vec_tile_shapes({nb}, {hg})")
     src(f"sk = pypto.add(pypto.add(pypto.add({k[0]}, {k[1]}), pypto.add({k[2]}, {k[3]})), "
         f"pypto.add(pypto.add({k[4]}, {k[5]}), pypto.add({k[6]}, {k[7]})))")
-
-    def tree(lo: int, hi: int) -> str:
-        if hi - lo == 1:
-            return f"pypto.view(sk, [1, {hg}], [{lo}, 0])"
-        mid = (lo + hi) // 2
-        return f"pypto.add({tree(lo, mid)}, {tree(mid, hi)})"
-
     src(f"pypto.set_vec_tile_shapes(1, {hg})")
-    src(f"ssr = {tree(0, nb)}")
+    src(f"ssr = {_pto_balanced_sum(lambda j: f'pypto.view(sk, [1, {hg}], [{j}, 0])', 0, nb)}")
     src(f"invr = pypto.div(pypto.full([1, {hg}], 1.0, pypto.DT_FP32), "
         f"pypto.sqrt(pypto.add(pypto.div(ssr, {float(hd)!r}), {float(eps)!r})))")
     src(f"pypto.set_vec_tile_shapes(8, {hg})")
