@@ -23,11 +23,17 @@ def _oproj_dequant_inputs(g, rng):
 CASES = {
     "o_proj_a": Case("graph @k<T = 16>(%h: bf16[4,T,128], %w: bf16[4,64,128]) {\n"
                      "  %y = o_proj_a(%h, %w) {group = 2} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=1e-5),
+    # K = 1024: several L0 k steps per L1 k tile and two L1 tiles (the deep-L1 cube tiles of flash); f32 sums
+    # of 1024 products: 1.1e-5 max relative error against the once-rounded f64 golden
+    "o_proj_a_deep_k": Case("graph @k<T = 16>(%h: bf16[2,T,1024], %w: bf16[2,64,1024]) {\n"
+                            "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=3e-5),
     "quant_rows": Case("graph @k<T = 20>(%x: f32[T,64]) {\n"
                        "  %q, %s = quant_rows(%x) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
                        "  return %q, %s\n}\n"),
     "o_proj_b": Case("graph @k<T = 20>(%x: i8[T,64], %w: i8[256,256]) {\n"
                      "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,256]\n  return %y\n}\n"),
+    "o_proj_b_deep_k": Case("graph @k<T = 20>(%x: i8[T,1024], %w: i8[64,2048]) {\n"
+                            "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,64]\n  return %y\n}\n"),
     "o_proj_b_dequant_bf16": Case(
         "graph @k<T = 16>(%sw: f32[256], %a0: i32[T,256], %s0: f32[T], %a1: i32[T,256], %s1: f32[T]) {\n"
         "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = bf16, tile = [8, 256]} : bf16[T,256]\n"
