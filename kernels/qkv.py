@@ -506,6 +506,18 @@ def pypto_rope_tables(spec: KernelSpec) -> str:
 _PTO_NORM_ROWS = 16   # rows per forced subgraph of the row-norm templates (whole blocks, then single rows)
 
 
+def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str) -> None:
+    """`out` [r, n] = (x·inv_rms)·gamma in f32 for the r rows of `x_arg` at r0 (`x`: the block's view, `inv`:
+    its 1/rms column from `_pto_inv_rms_rows`)."""
+    n = x_arg.shape[1]
+    _pto_tile2(src, r, n)
+    src(f"x = pypto.view({x_arg.name}, [{r}, {n}], [{r0}, 0])")
+    _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
+    _pto_tile2(src, r, n)
+    src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
+    src(f"{out} = pypto.mul(pypto.mul(x, inv), g)")
+
+
 def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
     qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums transpose
@@ -517,12 +529,7 @@ def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     for r, r0 in _pto_block_loops(src, qa, _PTO_NORM_ROWS):
         _pto_scope(src, 1)
-        _pto_tile2(src, r, n)
-        src(f"x = pypto.view({qa.name}, [{r}, {n}], [{r0}, 0])")
-        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
-        _pto_tile2(src, r, n)
-        src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
-        src("qn = pypto.mul(pypto.mul(x, inv), g)")
+        _pto_rms_norm_block(src, qa, gamma, r, r0, eps, "qn")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(qn), -1, keepdim=True), 0.0001)")
         src(f"pypto.set_vec_tile_shapes({r}, 8)")
         src(f"k = pypto.div(pypto.full([{r}, 1], 127.0, pypto.DT_FP32), amax)")
@@ -712,12 +719,7 @@ def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     for r, r0 in _pto_block_loops(src, ka, _PTO_NORM_ROWS):
         _pto_scope(src, 1)
-        _pto_tile2(src, r, n)
-        src(f"x = pypto.view({ka.name}, [{r}, {n}], [{r0}, 0])")
-        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
-        _pto_tile2(src, r, n)
-        src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
-        src("kn = pypto.mul(pypto.mul(x, inv), g)")
+        _pto_rms_norm_block(src, ka, gamma, r, r0, eps, "kn")
         if nope:
             src(f"np_ = {cast_expr(f'pypto.view(kn, [{r}, {nope}], [0, 0])', 'f32', out.dtype)}")
             src(f"pypto.assemble(np_, [{r0}, 0], {out.name})")
