@@ -254,6 +254,18 @@ class _Values:
         if self.take() != ("punct", punct):
             raise Unsupported(f"expected {punct!r}")
 
+    def bracketed(self, item) -> list:
+        """The ','-separated items up to the closing ']' (the '[' already read), which it reads too."""
+        items = []
+        while not self.at("]"):
+            items.append(item())
+            if not self.at("]"):
+                self.expect(",")
+                if self.at("]"):
+                    raise Unsupported("a trailing ','")
+        self.take()
+        return items
+
     def done(self) -> None:
         if self.peek()[0] != "end":
             raise Unsupported("trailing text")
@@ -280,15 +292,7 @@ class _Values:
         kind, text = self.peek()
         if (kind, text) == ("punct", "["):
             self.take()
-            items = []
-            while not self.at("]"):
-                items.append(self.value())
-                if not self.at("]"):
-                    self.expect(",")
-                    if self.at("]"):
-                        raise Unsupported("a trailing ','")
-            self.take()
-            return items
+            return self.bracketed(self.value)
         if kind == "string":
             self.take()
             return ast.literal_eval(text)
@@ -309,15 +313,7 @@ class _Values:
                 types.append(TOKEN)
             elif kind == "dtype":
                 self.expect("[")
-                shape = []
-                while not self.at("]"):
-                    shape.append(self.dim())
-                    if not self.at("]"):
-                        self.expect(",")
-                        if self.at("]"):
-                            raise Unsupported("a trailing ','")
-                self.take()
-                types.append(TensorType(dtype(text), tuple(shape)))
+                types.append(TensorType(dtype(text), tuple(self.bracketed(self.dim))))
             else:
                 raise Unsupported("not a type")
             if self.peek()[0] == "end":
