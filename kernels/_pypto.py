@@ -21,6 +21,17 @@ PTO_DTYPES = {
     "i8": "pypto.DT_INT8", "i32": "pypto.DT_INT32", "i64": "pypto.DT_INT64", "bool": "pypto.DT_BOOL",
 }
 ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
+# jit options every generated kernel module carries (`JIT_OPTIONS`, read by kernels.pypto_rt): the runtime's
+# root-function memory pools at the size pypto's own model kernels use (its default of 10 root functions in flight
+# serialises a loop of more iterations behind workspace reuse).
+KERNEL_JIT_OPTIONS = {"runtime_options": {"stitch_function_inner_memory": 128, "stitch_function_outcast_memory": 128}}
+
+
+def module_prelude() -> str:
+    """The top of a generated kernel module: the pypto import and its jit options."""
+    return f"import pypto\n\nJIT_OPTIONS = {KERNEL_JIT_OPTIONS!r}\n"
+
+
 VEC_TILE_BYTES = 16 * 1024  # per operand tile; an op group holds several of them in the 192 KiB UB
 BLOCK_BYTES = 32            # a tile's last dim must span a multiple of 32 bytes
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from kernels._pypto import KernelSpec, TensorArg
+from kernels._pypto import KernelSpec, TensorArg, module_prelude
 
 from .taskgraph import Arg, Task, TaskGraph
 
@@ -145,9 +145,8 @@ def kernel_module(task: Task, tg: TaskGraph, command: str = "",
         shown = ", ".join(f"{k}={v}" for k, v in sorted(task.attrs.items()))
         lines.append(f"# attrs: {shown}")
     lines.append("#")
-    lines.append("# A plain function: kernels.pypto_rt wraps it with pypto.frontend.jit for its mode.")
-    lines.append("import pypto")
-    lines.append("")
+    lines.append("# A plain function: kernels.pypto_rt wraps it with pypto.frontend.jit(**JIT_OPTIONS) for its mode.")
+    lines.append(module_prelude())
     lines.append("")
     if body is None:
         lines.append(f"TEMPLATE_MISSING = {task.op!r}  # no pypto 0.2.0 template for this op kind yet")

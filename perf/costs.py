@@ -156,13 +156,14 @@ def _pypto_version() -> str:
 
 def kernel_source(task: Task) -> str | None:
     """The task's pypto module with its function renamed `kernel` (None without a template)."""
+    from kernels._pypto import module_prelude
     from lowering.codegen import RUNTIME_SYMBOLS, kernel_body
 
     body = kernel_body(task, RUNTIME_SYMBOLS)
     if body is None:
         return None
     body = re.sub(rf"^def {re.escape(task.kernel)}\(", "def kernel(", body, count=1, flags=re.M)
-    return "import pypto\n\n\n" + body
+    return module_prelude() + "\n\n" + body
 
 
 def cost_key(task: Task, source: str) -> str:

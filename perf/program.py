@@ -39,7 +39,7 @@ class Program:
 def layer_program(tg: TaskGraph) -> Program:
     from lowering.codegen import RUNTIME_SYMBOLS, _dynamic, inout_input_name, kernel_body
 
-    from kernels._pypto import PTO_DTYPES
+    from kernels._pypto import PTO_DTYPES, module_prelude
 
     version: dict[str, int] = {}          # buffer -> current version
     params: dict[str, tuple] = {}         # tensor param -> (shape, dtype, is_input)
@@ -90,7 +90,7 @@ def layer_program(tg: TaskGraph) -> Program:
                       for n, (s, d, _i, dyn) in params.items())
     source = ("# One pypto program for the templated part of a task graph (perf/program.py): every kernel body\n"
               "# inlined in submission order (the jit parser must see them: some use `if` on runtime scalars).\n"
-              "import pypto\n\n\n" + f"def layer(\n{sig},\n):\n" + "\n".join(blocks) + "\n")
+              + module_prelude() + "\n\n" + f"def layer(\n{sig},\n):\n" + "\n".join(blocks) + "\n")
     inputs = {n: (s, d) for n, (s, d, i, _dyn) in params.items() if i}
     outputs = {n: (s, d) for n, (s, d, i, _dyn) in params.items() if not i}
     return Program(source, "layer", inputs, outputs, included, left)

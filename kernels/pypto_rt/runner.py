@@ -239,7 +239,7 @@ class _Worker:
             with open(self.worker_log, "wb") as log:
                 self.proc = subprocess.Popen(
                     [self.settings.python, "-m", "kernels.pypto_rt.worker", str(self.dir), str(report_w),
-                     str(command_r), "1" if self.need_calculator else "0"],
+                     str(command_r), "1" if self.need_calculator else "0", str(os.getpid())],
                     cwd=self.dir, env=self._env(), stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, pass_fds=(report_w, command_r), start_new_session=True)
         except BaseException:

@@ -261,10 +261,10 @@ def _fatal(workdir: Path, exc: BaseException) -> int:
     return EXIT_FATAL
 
 
-def exit_with_parent(poll_s: float = 2.0) -> None:
-    """Exit (EXIT_ORPHANED) once the process that started us is gone. An idle worker sees the command pipe close,
-    but one in the middle of a job would otherwise simulate on for nobody (a big kernel runs for an hour)."""
-    parent = os.getppid()
+def exit_with_parent(parent: int, poll_s: float = 2.0) -> None:
+    """Exit (EXIT_ORPHANED) once `parent`, the process that started us, is gone. An idle worker sees the command
+    pipe close, but one in the middle of a job would otherwise simulate on for nobody (a big kernel runs for an
+    hour). The runner passes its pid: a runner that died before this watch started is noticed too."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -276,7 +276,7 @@ def exit_with_parent(poll_s: float = 2.0) -> None:
 
 def main(argv: list[str]) -> int:
     workdir, report_fd, command_fd, need_calculator = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
-    exit_with_parent()
+    exit_with_parent(int(argv[4]))
     for fd in (report_fd, command_fd):
         os.set_inheritable(fd, False)  # pypto's own child processes must not hold the pipes
     channel = os.fdopen(report_fd, "w", buffering=1)

@@ -336,13 +336,14 @@ def test_calculator_cache_is_built_once_under_concurrency(tmp_path):
 
 
 def test_a_worker_exits_when_its_runner_dies():
-    """A worker whose runner is killed mid-job must not simulate on as an orphan: the parent watch exits it."""
+    """A worker whose runner is killed mid-job must not simulate on as an orphan: the parent watch exits it, also
+    when the runner is gone before the worker's imports are done (the runner's pid is the worker's argument)."""
     import time
 
-    child = ("import time; from kernels.pypto_rt.worker import exit_with_parent; exit_with_parent(0.05); "
-             "time.sleep(60)")
-    parent = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
-              "print(p.pid, flush=True); import time; time.sleep(0.5)")
+    child = ("import sys, time; from kernels.pypto_rt.worker import exit_with_parent; "
+             "exit_with_parent(int(sys.argv[1]), 0.05); time.sleep(60)")
+    parent = (f"import os, subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}, str(os.getpid())], "
+              "stdout=subprocess.DEVNULL); print(p.pid, flush=True)")
     out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[2])
     pid = int(out.stdout.split()[0])

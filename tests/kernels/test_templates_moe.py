@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from dspark_ir import parse_graph, verify
+from kernels._pypto import module_prelude
 from lowering import build_task_graph
 from lowering.executors import Memory, run_task
 from lowering.pypto_exec import _job
@@ -100,7 +101,7 @@ def _ep1_collective_jobs() -> dict:
     out = {}
     for t in tg.tasks:
         if t.op in moe.PYPTO_TEMPLATES_EP1:
-            source = "import pypto\n\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
+            source = module_prelude() + "\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
             job = _job(t, tg, mem, "full", False, RUNTIME, source=source)
             value = reference_fn(t.reference)([operand_arrays(t, mem)], ranks=1, **kernel_attrs(t))[0]
             values = value if isinstance(value, tuple) else (value,)
@@ -283,7 +284,7 @@ def _flash_ep1_jobs() -> dict:
 
     tg = build_task_graph(layers.build("moe", config="flash", tp=4, ep=1, layer_id=0))
     [t] = [t for t in tg.kernels if t.op == "moe_dispatch_meta"]
-    source = "import pypto\n\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
+    source = module_prelude() + "\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
     job = _compile_job(tg, t)
     outputs = {k: v for k, v in job.outputs.items() if f" {k}: pypto.Tensor" in source}
     return {"FE_moe_dispatch_meta": (t, KernelJob(source, t.kernel, job.inputs, outputs, mode="compile",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,7 +85,7 @@ def test_orchestrate_py_runs_and_matches_the_executor(tmp_path):
     emit(tg, tmp_path)
     inputs = seeded_inputs(g)
     np.savez(tmp_path / "in.npz", **inputs)
-    env = {"PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}   # the caller's BLAS settings too: they pick numpy's f32 kernels
     for backend in ("numpy", "shuffled"):
         done = subprocess.run([sys.executable, str(tmp_path / "orchestrate.py"), "--backend", backend,
                                "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / f"{backend}.npz")],
@@ -100,7 +101,7 @@ def test_orchestrate_py_refuses_a_tampered_dep(tmp_path):
     path = tmp_path / "orchestrate.py"
     path.write_text(path.read_text().replace("deps=[t0, t1])", "deps=[t0])"))
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT)}, timeout=120)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert done.returncode == 2 and "differ from tasks.json" in done.stderr
 
 
