@@ -24,9 +24,11 @@ CASES = {
     "o_proj_a": Case("graph @k<T = 16>(%h: bf16[4,T,128], %w: bf16[4,64,128]) {\n"
                      "  %y = o_proj_a(%h, %w) {group = 2} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=1e-5),
     # K = 1024: several L0 k steps per L1 k tile and two L1 tiles (the deep-L1 cube tiles of flash); f32 sums
-    # of 1024 products: 1.1e-5 max relative error against the once-rounded f64 golden
+    # of 1024 products in the calculator's order (torch's, which depends on the CPU's vector kernels): 1.1e-5 and
+    # 3.1e-5 max relative error against the once-rounded f64 golden on two machines; the worst case
+    # K·u·Σ|h·w| / max(|y|, 1) is about 1e-3 for these inputs
     "o_proj_a_deep_k": Case("graph @k<T = 16>(%h: bf16[2,T,1024], %w: bf16[2,64,1024]) {\n"
-                            "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=3e-5),
+                            "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=1e-4),
     "quant_rows": Case("graph @k<T = 20>(%x: f32[T,64]) {\n"
                        "  %q, %s = quant_rows(%x) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
                        "  return %q, %s\n}\n"),
