@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -230,7 +231,21 @@ class _Worker:
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         paths = [str(_PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["PATH"] = os.pathsep.join([str(self._script_python()), env.get("PATH", "")])
         return env
+
+    def _script_python(self) -> Path:
+        """A directory whose `python3` is this interpreter without site-packages. Every SIM call runs three of
+        pypto's swimlane scripts as `python3 <script>`: the one that writes merged_swimlane.json needs only the
+        standard library, the two that draw PNGs need matplotlib and stop at its import. Without site-packages
+        they never draw (slow, unused), and a bare interpreter starts in a few ms where a `python3` found on PATH
+        may be a version-manager shim that takes 0.2-0.3 s a call."""
+        bin_dir = self.dir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        shim = bin_dir / "python3"
+        shim.write_text(f"#!/bin/sh\nexec {shlex.quote(self.settings.python)} -S \"$@\"\n")
+        shim.chmod(0o755)
+        return bin_dir
 
     def _start(self) -> None:
         report_r, report_w = os.pipe()
