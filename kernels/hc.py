@@ -131,8 +131,8 @@ def hc_post(x_attn, x_hc, post, comb, **_):
 # Shaped for pypto 0.2.0's cost model (see kernels/qkv.py's template notes): the per-token n×n / 2n
 # quantities (split_pre_post, comb_sinkhorn) are transposed so the tokens are the wide last dim, and a block
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
-# 1368 → 18, hc_post 300 → 34, hc_pre_linear 89 → 52, hc_pre_rms 74 → 22, mix_x 42 → 13, split_pre_post
-# 41 → 14.
+# 1368 → 18, hc_post 300 → 34, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms 74 → 22,
+# mix_x 42 → 13, split_pre_post 41 → 14.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
 from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
 
@@ -281,20 +281,50 @@ def _pto_split_bounds(k: int, splits: int) -> list[tuple[int, int]]:
 
 
 _PTO_LINEAR_ROWS = 32   # rows per block: the cube's M tile (the IR's 16-row tile re-streamed hc_fn twice as often)
+_PTO_L1_BYTES = 512 * 1024  # L1: the A and B slices of one L1 k tile (single-buffered; beyond it pypto spills)
 
 
 def _pto_linear_cube(m: int, k: int, n: int) -> str:
-    """f32 cube tiles for [m, k]·[k, n]: m up to 32, k up to 512 (a 64 KiB L0A/L0B tile), n up to 32, all
-    16-aligned (flash hc_pre_linear 89 → 52 µs in the cost model against `cube_shapes`' k ≤ 256)."""
+    """f32 cube tiles for [m, k]·[k, n]: m up to 32, L0 k up to 512 (a 64 KiB L0A/L0B tile), n up to 32, all
+    16-aligned, and the L1 k tile as many L0 k steps as the A and B slices fit in L1: the cost model charges a
+    fixed ~1.4 k cycles per copy into L1 (flash hc_pre_linear: L0 k 256 → 512, 89 → 52 µs; L1 k 512 → 2048,
+    cube tasks 19.1 → 10.6 µs)."""
     tm = min(32, -(-max(m, 1) // 16) * 16)
     tn = min(32, -(-max(n, 1) // 16) * 16)
     tk = min(512, -(-max(k, 1) // 16) * 16)
     while tk > 16 and max(tm, tn) * tk * 4 > 64 * 1024:
         tk //= 2
-    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
+    tk1 = tk
+    while tk1 * 2 <= k and (tm + tn) * tk1 * 2 * 4 <= _PTO_L1_BYTES:
+        tk1 *= 2
+    return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
+
+
+def _pto_whole_blocks(src: Src, t, rows: int):
+    """The row loops of a template whose whole blocks need no valid_shape: `rows // R` blocks of R = `rows`
+    rows, then the rest as one block (a loop of 0 or 1 iterations with `valid` rows when the extent is
+    dynamic, a block of its own static shape otherwise). Yields (block rows, row offset, valid rows or None)."""
+    static = None if t.is_dynamic(0) else t.shape[0]
+    src(f"rows = {t.name}.shape[0]" if static is None else f"rows = {static}")
+    if static is None or static >= rows:
+        with src.block(f"for blk in pypto.loop(0, rows // {rows}, 1, name=\"rows_loop\", idx_name=\"blk\"):"):
+            src(f"r0 = blk * {rows}")
+            yield rows, "r0", None
+    if static is None:
+        with src.block(f"for blk in pypto.loop(rows // {rows}, (rows + {rows - 1}) // {rows}, 1, "
+                       f"name=\"tail_loop\", idx_name=\"blk\"):"):
+            src(f"r0 = blk * {rows}")
+            src(f"valid = pypto.min(rows - r0, {rows})")
+            yield rows, "r0", "valid"
+    elif static % rows:
+        yield static % rows, str(static - static % rows), None
 
 
 def pypto_hc_pre_linear(spec: KernelSpec) -> str:
+    """One cube matmul per K split of a block of up to 32 rows (x_hc read through one in-place [T, n·D]
+    reshape: stream views of the rank-3 tensor were reshapes through global memory, a vector task each). Whole
+    blocks assemble their ordered partials straight from the cube task; atomic: acc + p0 + p1 + ... in split
+    order (one vector task per block)."""
     x, fn = spec.operands[:2]
     acc = spec.operands[2] if len(spec.operands) > 2 else None
     out = spec.results[0]
@@ -302,33 +332,30 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     k, mix = n * d, fn.shape[0]
     mode = spec.attrs.get("accumulate", "atomic")
     splits = _pto_split_bounds(k, int(spec.attrs.get("k_split", 1)))
-    src = Src(spec.signature())
-    loop = RowLoop(src, x, _PTO_LINEAR_ROWS)
-    br = loop.shape(x)[0]
     width = splits[0][1] - splits[0][0]
-    tile2d = vec_tile((br, min(width, 2048)), 4, budget=32 * 1024)
-    with loop.loop():
-        _pto_tile(src, tile2d)
+    src = Src(spec.signature())
+    total_rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
+    src(f"xf = pypto.reshape({x.name}, [{total_rows}, {k}], inplace=True)")
+    for br, r0, valid in _pto_whole_blocks(src, x, _PTO_LINEAR_ROWS):
+        vs = (lambda w: f", valid_shape=[{valid}, {w}]") if valid else (lambda w: "")
         src(f"pypto.set_cube_tile_shapes({_pto_linear_cube(br, width, mix)})")
         for s, (lo, hi) in enumerate(splits):
-            _pto_k_cols(loop, "xs", x, lo, hi - lo, tile2d)
-            src(f"p{s} = pypto.matmul(xs, pypto.view({fn.name}, [{mix}, {hi - lo}], [0, {lo}]), "
-                f"pypto.DT_FP32, b_trans=True)")
+            src(f"p{s} = pypto.matmul(pypto.view(xf, [{br}, {hi - lo}], [{r0}, {lo}]{vs(hi - lo)}), "
+                f"pypto.view({fn.name}, [{mix}, {hi - lo}], [0, {lo}]), pypto.DT_FP32, b_trans=True)")
         src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, mix), 4)))})")
         if mode == "ordered":
-            rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
             for s in range(len(splits)):   # the matmul drops the block's valid rows: view them back
-                part = f"pypto.view(p{s}, [{br}, {mix}], [0, 0]{_pto_valid(loop, mix)})" if loop.partial else f"p{s}"
-                src(f"pypto.assemble({part}, [{s} * {rows} + {_pto_r0(loop)}, 0], {out.name})")
-            return src.text()
+                part = f"pypto.view(p{s}, [{br}, {mix}], [0, 0]{vs(mix)})" if valid else f"p{s}"
+                src(f"pypto.assemble({part}, [{s} * {total_rows} + {r0}, 0], {out.name})")
+            continue
         terms = [f"p{s}" for s in range(len(splits))]
         if acc is not None:
-            src(f"total = {loop.view(acc)}")
+            src(f"total = pypto.view({acc.name}, [{br}, {mix}], [{r0}, 0]{vs(mix)})")
         else:
             src(f"total = {terms.pop(0)}")
         for term in terms:
             src(f"total = pypto.add(total, {term})")
-        loop.store("total", out)
+        src(f"pypto.assemble(total, [{r0}, 0], {out.name})")
     return src.text()
 
 

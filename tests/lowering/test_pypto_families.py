@@ -41,10 +41,11 @@ CASES = {
     "hc_pre_rms": Case("graph @k<T = 20>(%x: f32[T,4,256]) {\n"
                        "  %y = hc_pre_rms(%x) {tile = [8, 128], tail = clamp} : f32[T]\n  return %y\n}\n",
                        ulps=None, rel=2e-6),
-    "hc_pre_linear_atomic": Case("graph @k<T = 20>(%x: f32[T,4,64], %fn: f32[24,256], %acc: f32[T,24] inout) {\n"
+    # T = 40: one whole 32-row block (partials assembled from the cube task) and a partial one
+    "hc_pre_linear_atomic": Case("graph @k<T = 40>(%x: f32[T,4,64], %fn: f32[24,256], %acc: f32[T,24] inout) {\n"
                                  "  %y = hc_pre_linear(%x, %fn, %acc) {k_split = 4, tile = [8, 64], tail = clamp}"
                                  " : f32[T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
-    "hc_pre_linear_ordered": Case("graph @k<T = 16>(%x: f32[T,4,64], %fn: f32[24,256]) {\n"
+    "hc_pre_linear_ordered": Case("graph @k<T = 40>(%x: f32[T,4,64], %fn: f32[24,256]) {\n"
                                   "  %y = hc_pre_linear(%x, %fn) {accumulate = ordered, k_split = 2, tile = [8, 64]}"
                                   " : f32[2*T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
     "hc_pre_linear_reduce": Case("graph @k<T = 20>(%p: f32[4*T,24]) {\n"
