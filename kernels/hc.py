@@ -131,7 +131,7 @@ def hc_post(x_attn, x_hc, post, comb, **_):
 # Shaped for pypto 0.2.0's cost model (see kernels/qkv.py's template notes): the per-token n×n / 2n
 # quantities (split_pre_post, comb_sinkhorn) are transposed so the tokens are the wide last dim, and a block
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
-# 1368 → 18, hc_post 300 → 34, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms 74 → 22,
+# 1368 → 18, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms 74 → 22,
 # mix_x 42 → 13, split_pre_post 41 → 14.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
 from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
@@ -399,34 +399,63 @@ def pypto_mix_x(spec: KernelSpec) -> str:
     return src.text()
 
 
-def pypto_hc_post(spec: KernelSpec) -> str:
-    """One token per loop iteration, as one forced subgraph: for each output stream o, y = f32(a)·post[o]
-    (a [1, D] row times a [1, 1] view), then Z = X·C[:, o] (the token's streams X [1, n, D] times the rank-3
-    column view C[t, :, o]) and y += Z[i] for i ascending; every operand is a view of an input (no column
-    reshapes: the cost model serialises those), every op a wide vector op. The reference's op order exactly."""
+_PTO_VECTOR_CORES = 48  # the modelled chip's vector cores (ASCEND_910B2)
+_PTO_POST_GROUP = 4     # at most this many tokens per hc_post task
+
+
+def _pto_hc_post_tokens(src: Src, spec: KernelSpec, count: int, r0: str) -> None:
+    """hc_post of the `count` tokens from row r0 as one forced subgraph, rank-4 math on in-place reshapes
+    (x_attn [T, 1, 1, D], x_hc [T, n, 1, D], post [T, n, 1, 1], comb [T, n, n, 1]). The tokens' post and comb
+    are one copy each, expanded to 8 copies per element (an op: a view of a view would be a copy from global
+    memory of its own), so every scalar post[o] / column C[:, o] is a view at a 32-byte boundary of a UB tile
+    (a [1, 1] view of the input per o was a copy of ~1.4 k cycles fixed cost)."""
     a, x, post, comb = spec.operands
     out = spec.results[0]
     _, n, d = x.shape
-    src = Src(spec.signature())
-    dt = min(d, max(8, (16384 // n) // 8 * 8))   # a stream tile [1, n, dt] of ≤ 64 KiB
-    for unit in _pto_token_units(src, x):   # one token per iteration (4 per iteration: 34 → 47 µs)
-        _pto_scope(src, unit)
-        src(f"pypto.set_vec_tile_shapes(1, {min(d, 16384)})")
-        src(f"af = {cast_expr(f'pypto.view({a.name}, [1, {d}], [r0, 0])', a.dtype, 'f32')}")
-        src(f"pypto.set_vec_tile_shapes(1, {n}, {dt})")
-        src(f"xs = pypto.view({x.name}, [1, {n}, {d}], [r0, 0, 0])")
+    dw = min(d, 16384)
+    dt = min(d, max(8, (16384 // n) // 8 * 8))   # a stream tile [1, n, 1, dt] of ≤ 64 KiB
+    _pto_scope(src, 1)
+    for name, t, shape in (("a4", a, [1, 1, d]), ("x4", x, [n, 1, d]), ("p4", post, [n, 1, 1]),
+                           ("c4", comb, [n, n, 1])):
+        src(f"{name} = pypto.reshape({t.name}, {py_list(['rows'] + shape)}, inplace=True)")
+    for name, t, shape in (("pv", "p4", [count, n, 1]), ("cv", "c4", [count, n, n])):
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, shape))}, 8)")
+        src(f"{name} = pypto.expand_clone(pypto.view({t}, {py_list(shape + [1])}, {py_list([r0, 0, 0, 0])}), "
+            f"{py_list(shape + [8])})")
+    for u in range(count):
+        ru = f"{r0} + {u}" if count > 1 else r0
+        src(f"pypto.set_vec_tile_shapes(1, 1, 1, {dw})")
+        src(f"af = {cast_expr(f'pypto.view(a4, [1, 1, 1, {d}], [{ru}, 0, 0, 0])', a.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes(1, {n}, 1, {dt})")
+        src(f"xs = pypto.view(x4, [1, {n}, 1, {d}], [{ru}, 0, 0, 0])")
         for o in range(n):
-            src(f"pypto.set_vec_tile_shapes(1, {min(d, 16384)})")
-            src(f"ap = pypto.mul(af, pypto.view({post.name}, [1, 1], [r0, {o}]))")
-            src(f"pypto.set_vec_tile_shapes(1, 1, {min(d, 16384)})")
-            src(f"y = pypto.reshape(ap, [1, 1, {d}])")
-            src(f"pypto.set_vec_tile_shapes(1, {n}, {dt})")
-            src(f"z = pypto.mul(xs, pypto.view({comb.name}, [1, {n}, 1], [r0, 0, {o}]))")
-            src(f"pypto.set_vec_tile_shapes(1, 1, {min(d, 16384)})")
+            src(f"pypto.set_vec_tile_shapes(1, 1, 1, {dw})")
+            src(f"y = pypto.mul(af, pypto.view(pv, [1, 1, 1, 1], [{u}, {o}, 0, 0]))")
+            src(f"pypto.set_vec_tile_shapes(1, {n}, 1, {dt})")
+            src(f"z = pypto.mul(xs, pypto.view(cv, [1, {n}, 1, 1], [{u}, 0, {o}, 0]))")
+            src(f"pypto.set_vec_tile_shapes(1, 1, 1, {dw})")
             for i in range(n):
-                src(f"y = pypto.add(y, pypto.view(z, [1, 1, {d}], [0, {i}, 0]))")
-            src(f"pypto.assemble(y, [r0, {o}, 0], {out.name})")
-        _pto_scope(src, -1)
+                src(f"y = pypto.add(y, pypto.view(z, [1, 1, 1, {d}], [0, {i}, 0, 0]))")
+            src(f"pypto.assemble(pypto.reshape(y, [1, 1, {d}]), [{ru}, {o}, 0], {out.name})")
+    _pto_scope(src, -1)
+
+
+def pypto_hc_post(spec: KernelSpec) -> str:
+    """For each output stream o: y = f32(a)·post[o], then Z = X·C[:, o] (the token's streams X [n, D] times
+    the column C[:, o]) and y += Z[i] for i ascending: the reference's op order exactly. Groups of G tokens
+    per forced subgraph, G as small as gives one round of tasks on the vector cores at the IR's T (at most
+    `_PTO_POST_GROUP`; the tokens of a group share their post / comb copies), then the remaining tokens one
+    per subgraph (`_pto_hc_post_tokens`). Flash TP4 cost model: 44 tasks of 3 tokens (24 k cycles,
+    vector-bound), 14.3 µs alone (one token per task: 128 tasks in 3 rounds of 16.7 k cycles, 34.2 µs)."""
+    x = spec.operands[1]
+    group = max(1, min(_PTO_POST_GROUP, -(-x.shape[0] // _PTO_VECTOR_CORES)))
+    src = Src(spec.signature())
+    if group == 1:
+        for _ in _pto_token_units(src, x):
+            _pto_hc_post_tokens(src, spec, 1, "r0")
+        return src.text()
+    for count, r0 in _pto_block_loops(src, x, group):
+        _pto_hc_post_tokens(src, spec, count, r0)
     return src.text()
 
 

@@ -55,6 +55,11 @@ CASES = {
     "hc_post": Case("graph @k<T = 12>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4], %comb: f32[T,4,4]) {\n"
                     "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
                     "  return %y\n}\n"),
+    # T = 100: 33 groups of 3 tokens per task (one round on the 48 vector cores) and one tail token
+    "hc_post_groups": Case("graph @k<T = 100>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4],"
+                           " %comb: f32[T,4,4]) {\n"
+                           "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
+                           "  return %y\n}\n"),
     "split_pre_post": Case("graph @k<T = 20>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
                            "  %pre, %post = split_pre_post(%m, %inv, %s, %b) {tile = [8], tail = clamp}"
                            " : f32[T,4], f32[T,4]\n  return %pre, %post\n}\n", ulps=None, rel=1e-6),
