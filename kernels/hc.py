@@ -131,8 +131,8 @@ def hc_post(x_attn, x_hc, post, comb, **_):
 # Shaped for pypto 0.2.0's cost model (see kernels/qkv.py's template notes): the per-token n×n / 2n
 # quantities (split_pre_post, comb_sinkhorn) are transposed so the tokens are the wide last dim, and a block
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
-# 1368 → 18, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms 74 → 22,
-# mix_x 42 → 13, split_pre_post 41 → 14.
+# 1368 → 18 → 12.6, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms
+# 74 → 22 → 12.3, mix_x 42 → 13 → 10.5, split_pre_post 41 → 14 → 6.8.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
 from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
 
@@ -203,14 +203,27 @@ def _pto_store_rows(loop: RowLoop, value: str, out, br: int) -> None:
     loop.store("flat", out)
 
 
-_PTO_PRE_RMS_ROWS = 16   # rows per forced subgraph (flash: 74 → ~22 µs in the cost model)
+_PTO_PRE_RMS_ROWS = 16   # at most this many rows per forced subgraph
+
+
+_PTO_VECTOR_CORES = 48  # the modelled chip's vector cores (ASCEND_910B2)
+
+
+def _pto_rows_per_block(spec: KernelSpec, t, cap: int) -> int:
+    """Rows per forced subgraph (at most `cap`): T over the lanes the schedule runs the kernel's B blocks on
+    (B / ceil(B / 48): it charges each block work / B, ceil(B / 48) blocks per lane), so the pypto tasks fill
+    those lanes once without the per-task cost of smaller tasks. Flash hc_pre_rms (B = 16): 16 rows per task
+    21.6 µs, 8 → 12.3, 4 → 15.6; mix_x (B = 64): 8 → 18.8, 4 → 10.5, 3 → 12.0; hc_post (B = 128): 1 → 24.9,
+    3 → 14.3, 4 → 21.4."""
+    blocks = max(1, spec.blocks)
+    return max(1, min(cap, -(-t.shape[0] * -(-blocks // _PTO_VECTOR_CORES) // blocks)))
 
 
 def pypto_hc_pre_rms(spec: KernelSpec) -> str:
     """inv_rms per row: the block's squares [R, n, D] reshaped to [R·K/c, c] (one row per K-chunk of c = the
     tile's width), summed per chunk, then the chunk sums [R, K/c] transposed to [K/c, R] and added in chunk
-    order as [1, R] rows (the reference's order over chunks), 1/sqrt(ss/K + eps). Whole blocks of R rows as
-    one forced subgraph each, then single rows."""
+    order as [1, R] rows (the reference's order over chunks), 1/sqrt(ss/K + eps). Whole blocks of R rows
+    (`_pto_rows_per_block`) as one forced subgraph each, then single rows."""
     x = spec.operands[0]
     out = spec.results[0]
     _, n, d = x.shape
@@ -222,7 +235,7 @@ def pypto_hc_pre_rms(spec: KernelSpec) -> str:
         return _pypto_hc_pre_rms_rows(spec)
     nc = k // chunk
     src = Src(spec.signature())
-    for r, r0 in _pto_block_loops(src, x, _PTO_PRE_RMS_ROWS):
+    for r, r0 in _pto_block_loops(src, x, _pto_rows_per_block(spec, x, _PTO_PRE_RMS_ROWS)):
         _pto_scope(src, 1)
         src(f"pypto.set_vec_tile_shapes(1, {n}, {min(d, max(8, 16384 // n))})")
         src(f"xv = pypto.view({x.name}, [{r}, {n}, {d}], [{r0}, 0, 0])")
@@ -377,29 +390,41 @@ def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_MIX_ROWS = 8   # at most this many rows per forced subgraph
+
+
 def pypto_mix_x(spec: KernelSpec) -> str:
+    """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) per row block, one forced subgraph each, as
+    rank-3 math on the streams [R, 1, D] (no stream reshapes): the block's pre [R, n] is one copy, expanded so
+    each column pre_i is a [R, 1, 1] view at a 32-byte boundary (a column view per stream was a copy of its
+    own), and 32 KiB tiles keep the four products in the UB (64 KiB tiles spilled them)."""
     x, pre = spec.operands
     out = spec.results[0]
     _, n, d = x.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, x, row_block(spec, default=8))
+    loop = RowLoop(src, x, _pto_rows_per_block(spec, x, _PTO_MIX_ROWS))
     br = loop.shape(x)[0]
-    tile2d = vec_tile((br, d), 4, budget=64 * 1024)
+    r0 = _pto_r0(loop)
+    rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
+    dt = min(d, max(8, 8192 // br // 8 * 8))
     with loop.loop():
-        _pto_scope(src, 1)   # one task per row block with 64 KiB tiles (flash: 42 → 13 µs in the cost model)
-        _pto_tile(src, tile2d)
+        _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({br}, {n}, 8)")
+        src(f"p3 = pypto.reshape({pre.name}, [{rows}, {n}, 1], inplace=True)")
+        src(f"pv = pypto.expand_clone(pypto.view(p3, [{br}, {n}, 1], [{r0}, 0, 0]{_pto_valid(loop, n, 1)}), "
+            f"[{br}, {n}, 8]{_pto_valid(loop, n, 8)})")
+        src(f"pypto.set_vec_tile_shapes({br}, 1, {dt})")
         for i in range(n):
-            _pto_stream_cols(loop, f"x{i}", x, i, 0, d, tile2d)
-            _pto_col(loop, f"p{i}", pre, (i,), tile2d)
-            src(f"s{i} = pypto.mul(x{i}, p{i})")
+            src(f"s{i} = pypto.mul(pypto.view({x.name}, [{br}, 1, {d}], [{r0}, {i}, 0]{_pto_valid(loop, 1, d)}), "
+                f"pypto.view(pv, [{br}, 1, 1], [0, {i}, 0]{_pto_valid(loop, 1, 1)}))")
         src("y = pypto.add(pypto.add(s0, s1), pypto.add(s2, s3))")
-        src(f"yb = {cast_expr('y', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes({br}, {dt})")
+        src(f"yb = {cast_expr(f'pypto.reshape(y, [{br}, {d}]{_pto_valid(loop, d)})', 'f32', out.dtype)}")
         loop.store("yb", out)
         _pto_scope(src, -1)
     return src.text()
 
 
-_PTO_VECTOR_CORES = 48  # the modelled chip's vector cores (ASCEND_910B2)
 _PTO_POST_GROUP = 4     # at most this many tokens per hc_post task
 
 
@@ -443,12 +468,12 @@ def _pto_hc_post_tokens(src: Src, spec: KernelSpec, count: int, r0: str) -> None
 def pypto_hc_post(spec: KernelSpec) -> str:
     """For each output stream o: y = f32(a)·post[o], then Z = X·C[:, o] (the token's streams X [n, D] times
     the column C[:, o]) and y += Z[i] for i ascending: the reference's op order exactly. Groups of G tokens
-    per forced subgraph, G as small as gives one round of tasks on the vector cores at the IR's T (at most
-    `_PTO_POST_GROUP`; the tokens of a group share their post / comb copies), then the remaining tokens one
-    per subgraph (`_pto_hc_post_tokens`). Flash TP4 cost model: 44 tasks of 3 tokens (24 k cycles,
-    vector-bound), 14.3 µs alone (one token per task: 128 tasks in 3 rounds of 16.7 k cycles, 34.2 µs)."""
+    per forced subgraph (`_pto_rows_per_block`: one round of tasks on the vector cores; the tokens of a group
+    share their post / comb copies), then the remaining tokens one per subgraph (`_pto_hc_post_tokens`).
+    Flash TP4 cost model: 44 tasks of 3 tokens (24 k cycles, vector-bound), 14.3 µs alone (one token per
+    task: 128 tasks in 3 rounds of 16.7 k cycles, 34.2 µs)."""
     x = spec.operands[1]
-    group = max(1, min(_PTO_POST_GROUP, -(-x.shape[0] // _PTO_VECTOR_CORES)))
+    group = _pto_rows_per_block(spec, x, _PTO_POST_GROUP)
     src = Src(spec.signature())
     if group == 1:
         for _ in _pto_token_units(src, x):
@@ -473,14 +498,14 @@ def pypto_split_pre_post(spec: KernelSpec) -> str:
     n = int(spec.attrs.get("hc_mult", 4))
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    src(f"pypto.set_vec_tile_shapes({2 * n}, 8)")
-    src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
-    src(f"sc = pypto.concat([pypto.expand_clone(pypto.view(sr, [1, 1], [0, 0]), [{n}, 1]), "
-        f"pypto.expand_clone(pypto.view(sr, [1, 1], [0, 1]), [{n}, 1])], 0)")
-    src(f"bs = pypto.reshape(pypto.view({base.name}, [{2 * n}], [0]), [{2 * n}, 1])")
-    for r, r0 in _pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
+    for r, r0 in _pto_block_loops(src, mixes, _pto_rows_per_block(spec, mixes, _PTO_TOKEN_BLOCK)):
         tw = max(8, -(-r // 8) * 8)
         _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({2 * n}, 8)")
+        src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
+        src(f"sc = pypto.concat([pypto.expand_clone(pypto.view(sr, [1, 1], [0, 0]), [{n}, 1]), "
+            f"pypto.expand_clone(pypto.view(sr, [1, 1], [0, 1]), [{n}, 1])], 0)")
+        src(f"bs = pypto.reshape(pypto.view({base.name}, [{2 * n}], [0]), [{2 * n}, 1])")
         src(f"pypto.set_vec_tile_shapes({tw})")
         src(f"iv = pypto.reshape(pypto.view({inv.name}, [{r}], [{r0}]), [1, {r}])")
         src(f"pypto.set_vec_tile_shapes({r}, {max(8, 2 * n)})")
@@ -511,14 +536,14 @@ def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
     eps = float(spec.attrs.get("eps", 1e-6))
     nn = n * n
     src = Src(spec.signature())
-    src(f"pypto.set_vec_tile_shapes({nn}, 8)")
-    src(f"sc = pypto.expand_clone(pypto.view(pypto.reshape({scale.name}, [1, {scale.shape[0]}]), [1, 1], [0, 2]), "
-        f"[{nn}, 1])")   # s2 as a column: a broadcast may expand one axis only
-    src(f"bs = pypto.reshape(pypto.view({base.name}, [{nn}], [{2 * n}]), [{nn}, 1])")
     for r, r0 in _pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
         w = r * n                                   # the packed width n·R
         tw = max(8, -(-r // 8) * 8)                 # tiles span ≥ 32 bytes
         _pto_scope(src, 1)
+        src(f"pypto.set_vec_tile_shapes({nn}, 8)")   # s2 as a column (a broadcast may expand one axis only)
+        src(f"sc = pypto.expand_clone(pypto.view(pypto.reshape({scale.name}, [1, {scale.shape[0]}]), [1, 1], "
+            f"[0, 2]), [{nn}, 1])")
+        src(f"bs = pypto.reshape(pypto.view({base.name}, [{nn}], [{2 * n}]), [{nn}, 1])")
         src(f"pypto.set_vec_tile_shapes({tw})")
         src(f"iv = pypto.reshape(pypto.view({inv.name}, [{r}], [{r0}]), [1, {r}])")
         src(f"pypto.set_vec_tile_shapes({r}, {max(8, nn)})")

@@ -52,11 +52,12 @@ CASES = {
                                  "  %y = hc_pre_linear_reduce(%p) {k_split = 4} : f32[T,24]\n  return %y\n}\n"),
     "mix_x": Case("graph @k<T = 20>(%x: f32[T,4,256], %pre: f32[T,4]) {\n"
                   "  %y = mix_x(%x, %pre) {tile = [8, 64], tail = clamp} : bf16[T,256]\n  return %y\n}\n"),
+    # one block per token: one token per task
     "hc_post": Case("graph @k<T = 12>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4], %comb: f32[T,4,4]) {\n"
-                    "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
-                    "  return %y\n}\n"),
-    # T = 100: 33 groups of 3 tokens per task (one round on the 48 vector cores) and one tail token
-    "hc_post_groups": Case("graph @k<T = 100>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4],"
+                    "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp, blocks = 12}"
+                    " : f32[T,4,256]\n  return %y\n}\n"),
+    # one block: groups of 4 tokens per task (3) and two tail tokens
+    "hc_post_groups": Case("graph @k<T = 14>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4],"
                            " %comb: f32[T,4,4]) {\n"
                            "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
                            "  return %y\n}\n"),
