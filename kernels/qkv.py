@@ -87,8 +87,8 @@ def kv_rms_norm_rope(kv_acc, gamma_ckv, cos_il, sin_signed, *, eps=1e-6, **_):
 # axis is moved to the rows by a transpose and numpy's order runs as adds of whole [8, C] / [1, C] row views,
 # a pair swap is a row swap of the transposed rope part, and every token (or block of whole rows) is one
 # forced subgraph (`sg_set_scope`). Flash TP4 cost-model µs, before → after: qproj_dequant_rms_nope_rope
-# 2217 → 194 → 83 → 46.5, kv_rms_norm_rope 87 → 10, qr_rms_norm_quant 26 → 12, rope_tables (1 block)
-# 135 → 3.
+# 2217 → 194 → 83 → 46.5, kv_rms_norm_rope 87 → 10 → 4.4, qr_rms_norm_quant 26 → 12 → 5.5, rope_tables
+# (1 block) 135 → 3.
 # What the cost model charges inside a task (read from its per-pipe logs): one MTE_IN pipe per core runs every
 # copy into the UB one after the other, ~1.4 k cycles each plus ~95 B/cycle; a view or reshape stays in the UB
 # only if its tile lies inside one tile of its producer and starts 32-byte aligned (a [rows, 1] column view or
@@ -509,11 +509,16 @@ _PTO_NORM_ROWS = 16   # rows per forced subgraph of the row-norm templates (whol
 
 def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str) -> None:
     """`out` [r, n] = (x·inv_rms)·gamma in f32 for the r rows of `x_arg` at r0 (`x`: the block's view, `inv`:
-    its 1/rms column from `_pto_inv_rms_rows`)."""
+    its 1/rms column). A block of whole 8-row groups in one tile whose width runs numpy's 8 accumulators over
+    whole 128-blocks takes the qproj chains' sum (`_pto_qproj_inv_rms`: every view inside the UB; the generic
+    `_pto_inv_rms_rows` regroups the block sums through global memory, ~11 k cycles at [16, 1024])."""
     n = x_arg.shape[1]
     _pto_tile2(src, r, n)
     src(f"x = pypto.view({x_arg.name}, [{r}, {n}], [{r0}, 0])")
-    _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
+    if _pto_qproj_width(n) and r % 8 == 0 and r * n <= _PTO_QPROJ_CHAIN:
+        _pto_qproj_inv_rms(src, "x", r, n, eps, "inv")
+    else:
+        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
     _pto_tile2(src, r, n)
     src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
     src(f"{out} = pypto.mul(pypto.mul(x, inv), g)")
@@ -521,8 +526,9 @@ def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str
 
 def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
-    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums transpose
-    the block: `_pto_row_sums`), each one forced subgraph."""
+    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums:
+    `_pto_rms_norm_block`), each one forced subgraph. Flash TP4 cost model: 8 tasks of 8.4 k cycles, 5.5 µs
+    alone (12.4 with `_pto_row_sums`' regrouping of the block sums through global memory)."""
     qa, gamma = spec.operands
     qr, scale = spec.results
     n = qa.shape[1]
@@ -549,13 +555,19 @@ _PTO_QPROJ_CHAIN = 16384  # f32 elements of one head chain: a single 64 KiB tile
 _PTO_QPROJ_GROUP = 8      # tokens per task of the group body (8: every chain has a multiple of 8 rows)
 
 
+def _pto_qproj_width(hd: int) -> bool:
+    """numpy's pairwise order of width hd is 8 accumulators over whole 128-blocks: hd = 128·2^k, or hd ≤ 128
+    and a multiple of 8."""
+    nb = hd // 128
+    return (hd % 128 == 0 and nb & (nb - 1) == 0) or (hd <= 128 and hd % 8 == 0)
+
+
 def _pto_qproj_chain_heads(heads: int, hd: int, rd: int) -> int | None:
     """Heads per chain of the fast token body, or None when the shapes need the generic one. The fast body
     needs numpy's pairwise order of width hd to be 8 accumulators over whole 128-blocks (hd = 128·2^k, or
     hd ≤ 128 and a multiple of 8), chains of whole 8-head groups (its transposes) and the rope part at a
     32-byte aligned column (a view, not a copy)."""
-    nb = hd // 128
-    if not ((hd % 128 == 0 and nb & (nb - 1) == 0) or (hd <= 128 and hd % 8 == 0)):
+    if not _pto_qproj_width(hd):
         return None
     if (hd - rd) % 8 or rd % 2:
         return None
@@ -787,7 +799,8 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
 
 def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
     """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately). Blocks of whole
-    rows as one forced subgraph each: rank-2 math (`_pto_row_sums`, `_pto_rope_rows`)."""
+    rows as one forced subgraph each: rank-2 math (`_pto_rms_norm_block`; the pair swap by a gather on whole
+    8-row blocks, else `_pto_rope_rows`). Flash TP4 cost model 9.9 → 4.4 µs alone."""
     ka, gamma, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     n = ka.shape[1]
@@ -805,7 +818,13 @@ def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
             src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
         src(f"rp = pypto.view(kn, [{r}, {rd}], [0, {nope}])")
-        _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+        if r % 8 == 0 and nope % 8 == 0:   # the pair swap by a gather (the transposed row swap goes through GM)
+            _pto_swap_index(src, rd, "sji")
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+            src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{r}, {rd}])")
+            src("ro = pypto.add(pypto.mul(rp, cb), pypto.mul(pypto.gather(rp, 1, si), sb))")
+        else:
+            _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
         src(f"ro_ = {cast_expr('ro', 'f32', out.dtype)}")
         src(f"pypto.assemble(ro_, [{r0}, {nope}], {out.name})")
         _pto_scope(src, -1)
