@@ -87,7 +87,8 @@ def kv_rms_norm_rope(kv_acc, gamma_ckv, cos_il, sin_signed, *, eps=1e-6, **_):
 # axis is moved to the rows by a transpose and numpy's order runs as adds of whole [8, C] / [1, C] row views,
 # a pair swap is a row swap of the transposed rope part, and every token (or block of whole rows) is one
 # forced subgraph (`sg_set_scope`). Flash TP4 cost-model µs, before → after: qproj_dequant_rms_nope_rope
-# 2217 → 194 → 83, kv_rms_norm_rope 87 → 10, qr_rms_norm_quant 26 → 12, rope_tables (1 block) 135 → 3.
+# 2217 → 194 → 83 → 46.5, kv_rms_norm_rope 87 → 10 → 4.4, qr_rms_norm_quant 26 → 12 → 5.5, rope_tables
+# (1 block) 135 → 3.
 # What the cost model charges inside a task (read from its per-pipe logs): one MTE_IN pipe per core runs every
 # copy into the UB one after the other, ~1.4 k cycles each plus ~95 B/cycle; a view or reshape stays in the UB
 # only if its tile lies inside one tile of its producer and starts 32-byte aligned (a [rows, 1] column view or
@@ -508,11 +509,16 @@ _PTO_NORM_ROWS = 16   # rows per forced subgraph of the row-norm templates (whol
 
 def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str) -> None:
     """`out` [r, n] = (x·inv_rms)·gamma in f32 for the r rows of `x_arg` at r0 (`x`: the block's view, `inv`:
-    its 1/rms column from `_pto_inv_rms_rows`)."""
+    its 1/rms column). A block of whole 8-row groups in one tile whose width runs numpy's 8 accumulators over
+    whole 128-blocks takes the qproj chains' sum (`_pto_qproj_inv_rms`: every view inside the UB; the generic
+    `_pto_inv_rms_rows` regroups the block sums through global memory, ~11 k cycles at [16, 1024])."""
     n = x_arg.shape[1]
     _pto_tile2(src, r, n)
     src(f"x = pypto.view({x_arg.name}, [{r}, {n}], [{r0}, 0])")
-    _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
+    if _pto_qproj_width(n) and r % 8 == 0 and r * n <= _PTO_QPROJ_CHAIN:
+        _pto_qproj_inv_rms(src, "x", r, n, eps, "inv")
+    else:
+        _pto_inv_rms_rows(src, "x", r, n, eps, "inv")
     _pto_tile2(src, r, n)
     src(f"g = {cast_expr(f'pypto.reshape({gamma.name}, [1, {n}])', gamma.dtype, 'f32')}")
     src(f"{out} = pypto.mul(pypto.mul(x, inv), g)")
@@ -520,8 +526,9 @@ def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str
 
 def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
-    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums transpose
-    the block: `_pto_row_sums`), each one forced subgraph."""
+    qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums:
+    `_pto_rms_norm_block`), each one forced subgraph. Flash TP4 cost model: 8 tasks of 8.4 k cycles, 5.5 µs
+    alone (12.4 with `_pto_row_sums`' regrouping of the block sums through global memory)."""
     qa, gamma = spec.operands
     qr, scale = spec.results
     n = qa.shape[1]
@@ -545,6 +552,14 @@ def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
 
 _PTO_QPROJ_UNROLL = 4    # tokens per loop iteration (one task each)
 _PTO_QPROJ_CHAIN = 16384  # f32 elements of one head chain: a single 64 KiB tile per operand
+_PTO_QPROJ_GROUP = 8      # tokens per task of the group body (8: every chain has a multiple of 8 rows)
+
+
+def _pto_qproj_width(hd: int) -> bool:
+    """numpy's pairwise order of width hd is 8 accumulators over whole 128-blocks: hd = 128·2^k, or hd ≤ 128
+    and a multiple of 8."""
+    nb = hd // 128
+    return (hd % 128 == 0 and nb & (nb - 1) == 0) or (hd <= 128 and hd % 8 == 0)
 
 
 def _pto_qproj_chain_heads(heads: int, hd: int, rd: int) -> int | None:
@@ -552,8 +567,7 @@ def _pto_qproj_chain_heads(heads: int, hd: int, rd: int) -> int | None:
     needs numpy's pairwise order of width hd to be 8 accumulators over whole 128-blocks (hd = 128·2^k, or
     hd ≤ 128 and a multiple of 8), chains of whole 8-head groups (its transposes) and the rope part at a
     32-byte aligned column (a view, not a copy)."""
-    nb = hd // 128
-    if not ((hd % 128 == 0 and nb & (nb - 1) == 0) or (hd <= 128 and hd % 8 == 0)):
+    if not _pto_qproj_width(hd):
         return None
     if (hd - rd) % 8 or rd % 2:
         return None
@@ -648,6 +662,69 @@ def _pto_qproj_token_chains(src: Src, spec: KernelSpec, hg: int) -> None:
         src(f"pypto.assemble(pypto.reshape(rob, [1, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
 
 
+def _pto_qproj_group_heads(heads: int, hd: int) -> int | None:
+    """Heads per chain of the group body (the largest divisor of `heads` whose chain of G tokens fits one
+    64 KiB tile), or None when not even one head does."""
+    cap = _PTO_QPROJ_CHAIN // (_PTO_QPROJ_GROUP * hd)
+    return _pto_divisor(heads, cap) if cap else None
+
+
+def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int) -> None:
+    """G tokens from row r0 in chains of hg heads, each one tile [G, hg·hd] = [G·hg, hd] (row t·hg + h): the
+    token body's math (`_pto_qproj_token_chains`) with the per-token reads done once for the G tokens. The
+    qr_scale column is spread over one 32-byte-aligned column per chain (an own view per chain: a view shared
+    by the chains makes pypto keep its [G, hg·hd] broadcast alive across them, a spill); the cos/sin rows
+    are repeated over the heads once ([G, rd] → [G, hg, rd] → [G·hg, rd])."""
+    acc, sa, sw, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    _, heads, hd = out.shape
+    n = acc.shape[1]
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    g_ = _PTO_QPROJ_GROUP
+    rows, w, chains = g_ * hg, hg * hd, heads // hg
+    eps = float(spec.attrs.get("eps", 1e-6))
+    _pto_swap_index(src, rd, "sji")
+    src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
+    src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{rows}, {rd}])")
+    src(f"pypto.set_vec_tile_shapes({g_}, 8)")
+    src(f"sav = pypto.view(pypto.reshape({sa.name}, [rows, 1], inplace=True), [{g_}, 1], [r0, 0])")
+    src(f"pypto.set_vec_tile_shapes({g_}, {8 * chains})")
+    src(f"sa8 = pypto.expand_clone(sav, [{g_}, {8 * chains}])")
+    for name, t in (("cf", cos_il), ("sf", sin_signed)):
+        src(f"pypto.set_vec_tile_shapes({g_}, {rd})")
+        src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{g_}, {rd}], [r0, 0])', t.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes({g_}, 1, {rd})")
+        src(f"{name} = pypto.reshape({name}, [{g_}, 1, {rd}])")
+        src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {rd})")
+        src(f"{name} = pypto.expand_clone({name}, [{g_}, {hg}, {rd}])")
+        src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
+        src(f"{name} = pypto.reshape({name}, [{rows}, {rd}])")
+    for g in range(chains):
+        src(f"pypto.set_vec_tile_shapes({g_}, 8)")
+        src(f"sac = pypto.view(sa8, [{g_}, 1], [0, {8 * g}])")
+        src(f"pypto.set_vec_tile_shapes({g_}, {w})")
+        src(f"x = {cast_expr(f'pypto.view({acc.name}, [{g_}, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
+        src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {n}]), [1, {w}], [0, {g * w}])")
+        src("q2 = pypto.mul(pypto.mul(x, sac), swr)")
+        src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
+        src(f"q = pypto.reshape(q2, [{rows}, {hd}])")
+        _pto_qproj_inv_rms(src, "q", rows, hd, eps, "inv")
+        src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
+        src("qn = pypto.mul(q, inv)")
+        if nope:
+            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{rows}, {nope}], [0, 0])', 'f32', out.dtype)}")
+            src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {_pto_align(nope)})")
+            src(f"pypto.assemble(pypto.reshape(nb_, [{g_}, {hg}, {nope}]), [r0, {g * hg}, 0], "
+                f"{out.name})")
+        src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
+        src(f"rp = pypto.view(qn, [{rows}, {rd}], [0, {nope}])")
+        src("ro = pypto.add(pypto.mul(rp, cf), pypto.mul(pypto.gather(rp, 1, si), sf))")
+        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {_pto_align(rd)})")
+        src(f"pypto.assemble(pypto.reshape(rob, [{g_}, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
+
+
 def _pto_qproj_token_rows(src: Src, spec: KernelSpec) -> None:
     """One token (row r0) for any shape: rank-2 math on q [H, hd] (the row sums by `_pto_row_sums`, the RoPE
     pair swap by `_pto_rope_rows`), tiles split as pypto likes (may go through global memory)."""
@@ -687,16 +764,29 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
     """q = (f32(acc)·qr_scale)·wq_b_scale → [H, hd] per token; q·inv_rms per head; RoPE on the last rd dims;
     one bf16 rounding (nope and rope parts assembled separately).
 
-    One token per forced subgraph, 4 per loop iteration. Every tensor is read inside the token's subgraph (a
-    shared reshape of wq_b_scale outside the loop was a task with all T token tasks as successors: the
-    AICPU resolves each edge serially, ~50 k cycles at T = 128). Shapes `_pto_qproj_chain_heads` accepts run in
-    chains of whole 64 KiB tiles without any copy through global memory (`_pto_qproj_token_chains`); the
-    others as rank-2 [H, hd] math (`_pto_qproj_token_rows`). Flash TP4 cost model: 128 tasks of 18.6 k cycles
-    (were 43.7 k: spills, column views and reshapes through global memory), 83 µs alone (was 194)."""
+    Shapes `_pto_qproj_chain_heads` accepts run in chains of whole 64 KiB tiles without any copy through global
+    memory: groups of G = 8 tokens as one forced subgraph each (`_pto_qproj_group_chains`), the remaining tokens
+    one per subgraph (`_pto_qproj_token_chains`); the others one token per subgraph, 4 per loop iteration, as
+    rank-2 [H, hd] math (`_pto_qproj_token_rows`). Every tensor is read inside the subgraph (a shared reshape of
+    wq_b_scale outside the loop was a task with all T token tasks as successors: the AICPU resolves each edge
+    serially, ~50 k cycles at T = 128). Flash TP4 cost model: 16 tasks of 82.7 k cycles, vector-bound (the
+    token body: 128 tasks of 18.6 k, each waiting on its own qr_scale / cos / sin / wq_b_scale copies of
+    ~1.4 k cycles fixed cost), 46.5 µs alone (token body 83, before it 194)."""
     acc, _, _, cos_il, _ = spec.operands
     _, heads, hd = spec.results[0].shape
     hg = _pto_qproj_chain_heads(heads, hd, cos_il.shape[1])
+    gh = None if hg is None else _pto_qproj_group_heads(heads, hd)
     src = Src(spec.signature())
+    if gh is not None:
+        for r, r0 in _pto_block_loops(src, acc, _PTO_QPROJ_GROUP):
+            _pto_scope(src, 1)
+            if r > 1:
+                _pto_qproj_group_chains(src, spec, gh)
+            else:
+                src(f"r0 = {r0}")
+                _pto_qproj_token_chains(src, spec, hg)
+            _pto_scope(src, -1)
+        return src.text()
     for unit in _pto_token_units(src, acc, _PTO_QPROJ_UNROLL):
         _pto_scope(src, unit)
         if hg is None:
@@ -709,7 +799,8 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
 
 def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
     """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately). Blocks of whole
-    rows as one forced subgraph each: rank-2 math (`_pto_row_sums`, `_pto_rope_rows`)."""
+    rows as one forced subgraph each: rank-2 math (`_pto_rms_norm_block`; the pair swap by a gather on whole
+    8-row blocks, else `_pto_rope_rows`). Flash TP4 cost model 9.9 → 4.4 µs alone."""
     ka, gamma, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     n = ka.shape[1]
@@ -727,7 +818,13 @@ def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
             src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
         src(f"rp = pypto.view(kn, [{r}, {rd}], [0, {nope}])")
-        _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+        if r % 8 == 0 and nope % 8 == 0:   # the pair swap by a gather (the transposed row swap goes through GM)
+            _pto_swap_index(src, rd, "sji")
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+            src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{r}, {rd}])")
+            src("ro = pypto.add(pypto.mul(rp, cb), pypto.mul(pypto.gather(rp, 1, si), sb))")
+        else:
+            _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
         src(f"ro_ = {cast_expr('ro', 'f32', out.dtype)}")
         src(f"pypto.assemble(ro_, [{r0}, {nope}], {out.name})")
         _pto_scope(src, -1)

@@ -35,8 +35,9 @@ def split_reduce(partials, *, k_split, **_):
 #   sum is exact (otherwise to f32 summation-order rounding).
 # * split_reduce: the op is hc_pre_linear_reduce under another name (same attributes, same reference), so
 #   it reuses that template: the k_split row blocks added in ascending split order, bitwise.
-from ._pypto import KernelSpec, RowLoop, Src, cube_shapes, py_list, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, py_list, vec_tile  # noqa: E402
 from .hc import pypto_hc_pre_linear_reduce  # noqa: E402
+from .matmul import _pto_cube_plan, _pto_cube_setup  # noqa: E402
 
 
 def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
@@ -53,7 +54,7 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     splits = _pto_split_bounds(k, int(spec.attrs.get("k_split", 1)))
     src = Src(spec.signature())
     # one block of up to 64 rows per loop iteration (fewer task chains than the IR's SPMD m-tile; the cube
-    # tiles inside the block are pypto's)
+    # tiles and task grouping inside the block: `_pto_cube_plan`)
     loop = RowLoop(src, a, 64 if (a.is_dynamic(0) or m > 128) else m)
     br = loop.shape(a)[0]
     rows = f"{a.name}.shape[0]" if a.is_dynamic(0) else str(m)
@@ -61,8 +62,9 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     valid = loop.looped and loop.partial
     trans = ", b_trans=True" if trans_b else ""
     k_tile = max(hi - lo for lo, hi in splits)
+    plan = _pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
     with loop.loop():
-        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, k_tile, n, a.dtype)})")
+        _pto_cube_setup(src, plan)
         for s, (lo, hi) in enumerate(splits):
             if (lo, hi) == (0, k):
                 a_part, b_part = loop.view(a), b.name

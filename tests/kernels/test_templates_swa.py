@@ -289,15 +289,15 @@ EDGES = {
     "qr_rms_norm_quant_1024": ("qr_rms_norm_quant", Case(
         "graph @k<T = 37>(%qa: f32[T,1024], %g: bf16[1024]) {\n"
         "  %q, %s = qr_rms_norm_quant(%qa, %g) : i8[T,1024], f32[T]\n  return %q, %s\n}\n")),
-    # the flash rank's shape per token: 64 heads × 512, rope_dim 64 (the 128-blocks side by side); T = 5: one
-    # loop iteration of 4 tokens and one tail token
+    # the flash rank's shape per token: 64 heads × 512, rope_dim 64 (the 128-blocks side by side); T = 9: one
+    # group of 8 tokens and one tail token
     "qproj_flash_heads": ("qproj_dequant_rms_nope_rope", Case(
-        "graph @k<T = 5>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
+        "graph @k<T = 9>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
         "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64} : bf16[T,64,512]\n"
         "  return %q\n}\n")),
-    # two 128-blocks per head (the chained body's block tree), T = 6: one loop iteration and two tail tokens
+    # two 128-blocks per head (the chained body's block tree), T = 10: one group of 8 tokens and two tail tokens
     "qproj_two_blocks": ("qproj_dequant_rms_nope_rope", Case(
-        "graph @k<T = 6>(%acc: i32[T,2048], %sa: f32[T], %sw: f32[2048], %c: bf16[T,32], %s: bf16[T,32]) {\n"
+        "graph @k<T = 10>(%acc: i32[T,2048], %sa: f32[T], %sw: f32[2048], %c: bf16[T,32], %s: bf16[T,32]) {\n"
         "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 8} : bf16[T,8,256]\n"
         "  return %q\n}\n")),
     # a width numpy splits unevenly (200 → 96 + 104: the generic pairwise recursion)

@@ -43,19 +43,26 @@ CASES = {
     "hc_pre_rms": Case("graph @k<T = 20>(%x: f32[T,4,256]) {\n"
                        "  %y = hc_pre_rms(%x) {tile = [8, 128], tail = clamp} : f32[T]\n  return %y\n}\n",
                        ulps=None, rel=2e-6),
-    "hc_pre_linear_atomic": Case("graph @k<T = 20>(%x: f32[T,4,64], %fn: f32[24,256], %acc: f32[T,24] inout) {\n"
+    # T = 40: one whole 32-row block (partials assembled from the cube task) and a partial one
+    "hc_pre_linear_atomic": Case("graph @k<T = 40>(%x: f32[T,4,64], %fn: f32[24,256], %acc: f32[T,24] inout) {\n"
                                  "  %y = hc_pre_linear(%x, %fn, %acc) {k_split = 4, tile = [8, 64], tail = clamp}"
                                  " : f32[T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
-    "hc_pre_linear_ordered": Case("graph @k<T = 16>(%x: f32[T,4,64], %fn: f32[24,256]) {\n"
+    "hc_pre_linear_ordered": Case("graph @k<T = 40>(%x: f32[T,4,64], %fn: f32[24,256]) {\n"
                                   "  %y = hc_pre_linear(%x, %fn) {accumulate = ordered, k_split = 2, tile = [8, 64]}"
                                   " : f32[2*T,24]\n  return %y\n}\n", ulps=None, rel=5e-5),
     "hc_pre_linear_reduce": Case("graph @k<T = 20>(%p: f32[4*T,24]) {\n"
                                  "  %y = hc_pre_linear_reduce(%p) {k_split = 4} : f32[T,24]\n  return %y\n}\n"),
     "mix_x": Case("graph @k<T = 20>(%x: f32[T,4,256], %pre: f32[T,4]) {\n"
                   "  %y = mix_x(%x, %pre) {tile = [8, 64], tail = clamp} : bf16[T,256]\n  return %y\n}\n"),
+    # one block per token: one token per task
     "hc_post": Case("graph @k<T = 12>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4], %comb: f32[T,4,4]) {\n"
-                    "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
-                    "  return %y\n}\n"),
+                    "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp, blocks = 12}"
+                    " : f32[T,4,256]\n  return %y\n}\n"),
+    # one block: groups of 4 tokens per task (3) and two tail tokens
+    "hc_post_groups": Case("graph @k<T = 14>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4],"
+                           " %comb: f32[T,4,4]) {\n"
+                           "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp} : f32[T,4,256]\n"
+                           "  return %y\n}\n"),
     "split_pre_post": Case("graph @k<T = 20>(%m: f32[T,24], %inv: f32[T], %s: f32[3], %b: f32[24]) {\n"
                            "  %pre, %post = split_pre_post(%m, %inv, %s, %b) {tile = [8], tail = clamp}"
                            " : f32[T,4], f32[T,4]\n  return %pre, %post\n}\n", ulps=None, rel=1e-6),
