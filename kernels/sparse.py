@@ -602,8 +602,10 @@ def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
 
 def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     """phys[b, i] = table[b, i // bs]·bs + i % bs (−1 past the table or unmapped): the page of column i is static,
-    so each page is one table column broadcast over its bs columns plus an iota. rows = cmp_kv[phys] (−1 → 0) by
-    index_select of the clamped index, one request (one index row, one tile) at a time."""
+    so each page is one table column broadcast over its bs columns plus an iota. The whole table's part (phys,
+    the clamped index max(phys, 0) and the mask phys ≥ 0 as [B, L, 1]) is one forced subgraph; then per request
+    rows = cmp_kv[index] (−1 → 0) by index_select and where on [1, L, ·] tiles of 64 KiB (one index row per
+    index_select)."""
     cache, table = spec.operands
     rows_out, phys_out = spec.results
     b_n, pages = table.shape
@@ -611,6 +613,7 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     bs, wr, works = (int(spec.attrs[k]) for k in ("block_size", "work_rows", "works"))
     n = wr * works
     src = Src(spec.signature())
+    _pto_scope(src, 1)
     parts = []
     for p in range(-(-n // bs)):
         cols = min(bs, n - p * bs)
@@ -630,19 +633,23 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     _pto_set_tile(src, [b_n, max(n, 8)])
     src(f"phf = {parts[0] if len(parts) == 1 else 'pypto.concat([' + ', '.join(parts) + '], -1)'}")
     src(f"phi = {cast_expr('phf', 'f32', 'i32')}")
+    src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
+    src("cia = pypto.maximum(phi, 0)")
+    _pto_set_tile(src, [1, n, 8])
+    src(f"oka = pypto.ge(pypto.reshape(phf, [{b_n}, {n}, 1]), 0.0)")
+    _pto_scope(src, -1)
     d_tile = hd
-    while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+    while n * d_tile * 2 > 64 * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
     for b in range(b_n):
         _pto_set_tile(src, [1, max(n, 8)])
-        src(f"ci = pypto.maximum(pypto.view(phi, [1, {n}], [{b}, 0]), 0)")
-        src(f"okr = pypto.reshape(pypto.view(phf, [1, {n}], [{b}, 0]), [1, {n}, 1])")
+        src(f"ci = pypto.view(cia, [1, {n}], [{b}, 0])")
+        _pto_set_tile(src, [1, n, 8])
+        src(f"okr = pypto.view(oka, [1, {n}, 1], [{b}, 0, 0])")
         _pto_set_tile(src, [1, n, d_tile])
         src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"y = {cast_expr('pypto.where(pypto.ge(okr, 0.0), g, 0.0)', 'f32', rows_out.dtype)}")
+        src(f"y = {cast_expr('pypto.where(okr, g, 0.0)', 'f32', rows_out.dtype)}")
         src(f"pypto.assemble(y, [{b}, 0, 0], {rows_out.name})")
-    _pto_set_tile(src, [b_n, max(n, 8)])
-    src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
     return src.text()
 
 
