@@ -233,18 +233,18 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 #   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
 from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
                        _pto_head_tile, _pto_token_keys, _pto_token_partial,
                        _pto_token_rows, _pto_token_tile, _PtoMerge)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
+from .oproj import _pto_cube_shapes  # noqa: E402
 from .qkv import (_PtoBlock, _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile,  # noqa: E402
                   _pto_swap_index, _pto_vec_tile)
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
-_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (as kernels/oproj)
 
 PYPTO_UNSUPPORTED: dict[str, str] = {}
 
@@ -414,22 +414,6 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     return src.text()
 
 
-def _pto_cube_deep(m: int, k: int, n: int) -> str:
-    """`_pto_cube_wide`'s bf16 L0 tiles with an L1 k tile as deep as _PTO_L1_BYTES allows (kernels/oproj's rule):
-    in pypto 0.2.0's cost model every L1 k step is a fixed-latency copy of each operand, whatever its size."""
-    tm = min(128, max(16, -(-m // 16) * 16))
-    tn = min(512, max(16, -(-n // 16) * 16))
-    while tm * tn * 4 > L0C_BYTES and tn > 16:
-        tn //= 2
-    tk = min(512, max(16, -(-k // 16) * 16))
-    while (tm * tk * 2 > L0A_BYTES or tk * tn * 2 > L0B_BYTES) and tk > 16:
-        tk //= 2
-    tk1 = tk
-    while tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 2 * 2 <= _PTO_L1_BYTES:
-        tk1 *= 2
-    return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
-
-
 def _pto_cmp_mask(src: Src, phys, kvlen, pos, heads: int, ntok: int, ratio: int, max_rows: int) -> None:
     """The visibility operands of the `ntok` tokens from r0 (of request `req`), one forced subgraph: nt [L, 8] f32,
     whose column 0 is the threshold (c+1)·R of compressed row c where the row can be visible (c < max_rows,
@@ -525,7 +509,7 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
     for w in range(n_rows // wr):
         _pto_set_tile(src, _pto_head_tile(1, wr, hd, 2 * _PTO_TILE_ELEMS)[1:])
         src(f"k2 = pypto.view(kf, [{wr}, {hd}], [req * {n_rows} + {w * wr}, 0])")
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_deep(wr, hd, ntok * heads)})")
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(wr, hd, ntok * heads, 'bf16')})")
         src("st = pypto.matmul(k2, q2, pypto.DT_FP32, b_trans=True)")
         for t0 in range(0, ntok, g):
             n = min(g, ntok - t0)
@@ -542,7 +526,7 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
             for name, out in (("mi", m_out), ("li", l_out)):
                 _pto_cmp_store_row(src, name, out, heads, n, t0, w)
             _pto_scope(src, -1)
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_deep(cols, wr, hd)})")
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(cols, wr, hd, 'bf16')})")
             src("oi = pypto.matmul(pb, k2, pypto.DT_FP32, a_trans=True)")
             _pto_set_tile(src, [1, 1] + o_tile)
             src(f"pypto.assemble(pypto.reshape(oi, [{n}, 1, {heads}, {hd}], inplace=True), [r0 + {t0}, {w}, 0, 0], "
