@@ -236,12 +236,13 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
 from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
-                       _pto_cube_wide, _pto_head_tile, _pto_token_keys, _pto_token_partial,
+                       _pto_head_tile, _pto_token_keys, _pto_token_partial,
                        _pto_token_rows, _pto_token_tile, _PtoMerge)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
-from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_swap_index,  # noqa: E402
-                  _pto_vec_tile)
+from .oproj import _pto_cube_shapes  # noqa: E402
+from .qkv import (_PtoBlock, _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile,  # noqa: E402
+                  _pto_swap_index, _pto_vec_tile)
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
 
@@ -413,80 +414,151 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     return src.text()
 
 
-def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
-    """Per (token, work item) tile partials over the token's request rows, one request (seq tokens) per loop
-    iteration: q [seq·H, HD] against the request's work_rows keys (2-D cube matmuls). valid[t, c] ⇔
-    (c+1)·R ≤ min(pos[t]+1, kv_seq_len[b]) ∧ c < max_rows ∧ phys[b, c] ≥ 0, which is c < n[t] exactly in integers
-    (evaluated in f32, all values < 2^24). The per-request part is one [B, L] threshold table built before the
-    loop; items past the visible rows come out neutral (m = −1e20, l = 0, o = 0) as in the reference."""
-    q, rows, phys, pos, kvlen = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
-    b_n, n_rows, _ = rows.shape
-    ratio, seq = int(spec.attrs["ratio"]), int(spec.attrs["seq"])
-    wr, max_rows = int(spec.attrs["work_rows"]), int(spec.attrs["max_rows"])
-    works = n_rows // wr
-    scale = float(spec.attrs["scale"])
-    src = Src(spec.signature())
-    _pto_set_tile(src, [max(b_n, 8)])
-    src(f"klf = {cast_expr(kvlen.name, kvlen.dtype, 'f32')}")
-    _pto_set_tile(src, [b_n, 8])
-    src(f"klc = pypto.reshape(klf, [{b_n}, 1])")
-    table_tile = [b_n, max(n_rows, 8)]
-    _pto_set_tile(src, table_tile)
-    src(f"klx = pypto.expand_clone(klc, [{b_n}, {n_rows}])")
-    _pto_iota(src, n_rows, "col", table_tile)
+def _pto_cmp_mask(src: Src, phys, kvlen, pos, heads: int, ntok: int, ratio: int, max_rows: int) -> None:
+    """The visibility operands of the `ntok` tokens from r0 (of request `req`), one forced subgraph: nt [L, 8] f32,
+    whose column 0 is the threshold (c+1)·R of compressed row c where the row can be visible (c < max_rows,
+    (c+1)·R ≤ kv_seq_len[b], phys[b, c] ≥ 0), else _PTO_BIG (the row broadcast to 8 rows and transposed);
+    limr [1, ntok·H] = pos[t] + 1 repeated over token t's H heads. Token t sees row c ⇔ limr − nt ≥ 0
+    (integers in f32, all < 2^24: exact)."""
+    n_rows = phys.shape[1]
+    row = [1, max(n_rows, 8)]
+    _pto_scope(src, 1)
+    _pto_set_tile(src, [8])
+    src(f"klf = {cast_expr(f'pypto.view({kvlen.name}, [1], [req])', kvlen.dtype, 'f32')}")
+    _pto_set_tile(src, [1, 8])
+    src("klc = pypto.reshape(klf, [1, 1])")
+    _pto_set_tile(src, row)
+    src(f"klx = pypto.expand_clone(klc, [1, {n_rows}])")
+    _pto_iota(src, n_rows, "col", row)
     src(f"need = pypto.mul(pypto.add(col, 1.0), {float(ratio)!r})")
     if n_rows > max_rows:
         src(f"need = pypto.where(pypto.lt(col, {float(max_rows)!r}), need, {_PTO_BIG!r})")
-    src(f"needx = pypto.expand_clone(need, [{b_n}, {n_rows}])")
-    src(f"pva = {cast_expr(phys.name, phys.dtype, 'f32')}")
-    src(f"needa = pypto.where(pypto.ge(pypto.sub(klx, needx), 0.0), needx, {_PTO_BIG!r})")
-    src(f"needa = pypto.where(pypto.ge(pva, 0.0), needa, {_PTO_BIG!r})")
-    loop = RowLoop(src, q, seq, name="tok")
-    blk = _PtoBlock(loop, q)
-    br = blk.rows
-    req = "blk" if loop.looped else "0"
-    vq = f", valid_shape=[valid * {heads}, {hd}]" if blk.partial else ""
-    vs = f", valid_shape=[valid * {heads}, {wr}]" if blk.partial else ""
-    with loop.loop():
-        _pto_set_tile(src, [max(br, 8)])
-        src(f"pf = {cast_expr(loop.view(pos), pos.dtype, 'f32')}")
-        _pto_set_tile(src, [br, 8])
-        src(f"lim = pypto.add({blk.reshape('pf', [br, 1])}, 1.0)")
-        _pto_set_tile(src, [1, max(n_rows, 8)])
-        src(f"nr = pypto.view(needa, [1, {n_rows}], [{req}, 0])")
-        _pto_set_tile(src, [br, max(n_rows, 8)])
-        src(f"nx = pypto.expand_clone(nr, [{br}, {n_rows}]{blk.valid(n_rows)})")
-        src("okf = pypto.sub(lim, nx)")  # ≥ 0 where visible (a tensor, not where(·, 0, −1): see csa_qk_pv)
-        _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 2))
-        src(f"q3 = {loop.view(q)}")
-        src(f"q2 = pypto.reshape(q3, [{br * heads}, {hd}]{vq})")
-        for w in range(works):
-            a = w * wr
-            s_tile = _pto_vec_tile((br, heads, wr), 4)
-            _pto_set_tile(src, s_tile)
-            src(f"ok = pypto.ge({blk.reshape(blk.sub('okf', [br], [0, a], wr), [br, 1, wr])}, 0.0)")
-            _pto_set_tile(src, [1] + _pto_vec_tile((wr, hd), 2))
-            src(f"kv = pypto.view({rows.name}, [1, {wr}, {hd}], [{req}, {a}, 0])")
-            src(f"k2 = pypto.reshape(kv, [{wr}, {hd}])")
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(br * heads, hd, wr)})")
-            src("s2 = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
-            _pto_set_tile(src, s_tile)
-            src(f"s = pypto.reshape(s2, [{br}, {heads}, {wr}]{blk.valid(heads, wr)})")
-            _pto_scope(src, w + 1)
-            src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
-            src("mi = pypto.amax(s, -1, keepdim=True)")
-            src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-            _pto_pairwise_sum(blk, "p", [br, heads], wr, "li", s_tile)
-            src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-            src(f"pb2 = pypto.reshape(pb, [{br * heads}, {wr}]{vs})")
+    src(f"pvr = {cast_expr(f'pypto.view({phys.name}, [1, {n_rows}], [req, 0])', phys.dtype, 'f32')}")
+    src(f"need = pypto.where(pypto.ge(pypto.sub(klx, need), 0.0), need, {_PTO_BIG!r})")
+    src(f"need = pypto.where(pypto.ge(pvr, 0.0), need, {_PTO_BIG!r})")
+    _pto_set_tile(src, [8, max(n_rows, 8)])
+    src(f"need8 = pypto.expand_clone(need, [8, {n_rows}])")
+    _pto_set_tile(src, [max(n_rows, 8), 8])
+    src("nt = pypto.transpose(need8, 0, 1)")
+    _pto_set_tile(src, [max(ntok, 8)])
+    src(f"pf = {cast_expr(f'pypto.view({pos.name}, [{ntok}], [r0])', pos.dtype, 'f32')}")
+    _pto_set_tile(src, [ntok, 8])
+    src(f"lim = pypto.add(pypto.reshape(pf, [{ntok}, 1]), 1.0)")
+    _pto_set_tile(src, [ntok, max(heads, 8)])
+    src(f"limx = pypto.expand_clone(lim, [{ntok}, {heads}])")
+    _pto_set_tile(src, [1, max(ntok * heads, 8)])
+    src(f"limr = pypto.reshape(limx, [1, {ntok * heads}])")
+    _pto_scope(src, -1)
+
+
+def _pto_cmp_group_tokens(heads: int, wr: int, ntok: int) -> int:
+    """Tokens per softmax task: as many as one f32 [work_rows, tokens·H] tile of 64 KiB holds (fewer, larger
+    tasks; a 128 KiB tile overflows the UB)."""
+    return max(1, min(ntok, 2 * _PTO_TILE_ELEMS // max(1, wr * heads)))
+
+
+def _pto_cmp_softmax_t(src: Src, cols: int, width: int, scale: float, tile) -> None:
+    """The vector part of a group's tile partials in the transposed layout (keys × (token, head)):
+    s [width, cols] → s·scale, −1e20 where not ok; mi [1, cols] = the max over the keys; p = exp(s − mi)
+    (0 where not ok); li [1, cols] = numpy's pairwise Σp over the keys, bitwise (its accumulators are row
+    blocks); pb = bf16(p)."""
+    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
+    src("mi = pypto.amax(s, 0, keepdim=True)")
+    src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
+
+    def rows(t: str, off: int, k: int) -> str:
+        return f"pypto.view({t}, [{k}, {cols}], [{off}, 0])"
+
+    _pto_set_tile(src, [8, tile[1]])
+    total = _pto_pairwise_tree(src, _pto_namer("ps"), rows, "p", 0, width)
+    src(f"li = {total}")
+    _pto_set_tile(src, tile)
+    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+
+
+def _pto_cmp_store_row(src: Src, name: str, out, heads: int, n: int, t0: int, w: int) -> None:
+    """Store the row `name` [1, n·H] of tokens r0+t0 … (m or l of a group) as their item w of out [T, works, H]:
+    token by token (a reshape to [1, 1, H] is free in the forced subgraph), or as one [n, 1, H] reshape when a
+    token's [1, H] view would be narrower than 32 bytes."""
+    _pto_set_tile(src, [1, 1, max(heads, 8)])
+    if n > 1 and heads % 8:
+        src(f"pypto.assemble(pypto.reshape({name}, [{n}, 1, {heads}]), [r0 + {t0}, {w}, 0], {out.name})")
+        return
+    for i in range(n):
+        part = f"pypto.view({name}, [1, {heads}], [0, {i * heads}])" if n > 1 else name
+        src(f"pypto.assemble(pypto.reshape({part}, [1, 1, {heads}]), [r0 + {t0 + i}, {w}, 0], {out.name})")
+
+
+def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
+    """The hca_cmp_qk_pv partials of the `ntok` tokens from r0, all of request `req`: the mask operands, then per
+    work item w one sᵀ = K·qᵀ [work_rows, ntok·H] cube matmul and, per group of tokens, one forced subgraph (the
+    masked softmax; m and l stored from it, as rows) and one rb(p)ᵀ·K cube matmul [tokens·H, HD] stored into o
+    through an in-place reshape (the cube writes o; no copy)."""
+    q, krows, phys, pos, kvlen = spec.operands
+    m_out, l_out, o_out = spec.results
+    _, heads, hd = q.shape
+    n_rows = krows.shape[1]
+    wr = int(spec.attrs["work_rows"])
+    scale = float(spec.attrs["scale"])
+    g = _pto_cmp_group_tokens(heads, wr, ntok)
+    _pto_cmp_mask(src, phys, kvlen, pos, heads, ntok, int(spec.attrs["ratio"]), int(spec.attrs["max_rows"]))
+    o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
+    _pto_set_tile(src, o_tile)
+    src(f"q2 = pypto.view(qf, [{ntok * heads}, {hd}], [r0 * {heads}, 0])")
+    scope = 2
+    for w in range(n_rows // wr):
+        _pto_set_tile(src, _pto_head_tile(1, wr, hd, 2 * _PTO_TILE_ELEMS)[1:])
+        src(f"k2 = pypto.view(kf, [{wr}, {hd}], [req * {n_rows} + {w * wr}, 0])")
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(wr, hd, ntok * heads, 'bf16')})")
+        src("st = pypto.matmul(k2, q2, pypto.DT_FP32, b_trans=True)")
+        for t0 in range(0, ntok, g):
+            n = min(g, ntok - t0)
+            cols = n * heads
+            tile = [wr, max(cols, 8)]
+            _pto_set_tile(src, tile)
+            _pto_scope(src, scope)
+            scope += 1
+            src(f"s = pypto.view(st, [{wr}, {cols}], [0, {t0 * heads}])")
+            src(f"lt = pypto.expand_clone(pypto.view(limr, [1, {cols}], [0, {t0 * heads}]), [{wr}, {cols}])")
+            src(f"nc = pypto.expand_clone(pypto.view(nt, [{wr}, 1], [{w * wr}, 0]), [{wr}, {cols}])")
+            src("ok = pypto.ge(pypto.sub(lt, nc), 0.0)")
+            _pto_cmp_softmax_t(src, cols, wr, scale, tile)
+            for name, out in (("mi", m_out), ("li", l_out)):
+                _pto_cmp_store_row(src, name, out, heads, n, t0, w)
             _pto_scope(src, -1)
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(br * heads, wr, hd)})")
-            src("o2 = pypto.matmul(pb2, k2, pypto.DT_FP32)")
-            _pto_set_tile(src, _pto_vec_tile((br, heads, hd), 4))
-            src(f"oi = pypto.reshape(o2, [{br}, {heads}, {hd}]{blk.valid(heads, hd)})")
-            _pto_store_item(blk, w, heads, hd, m_out, l_out, o_out)
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(cols, wr, hd, 'bf16')})")
+            src("oi = pypto.matmul(pb, k2, pypto.DT_FP32, a_trans=True)")
+            _pto_set_tile(src, [1, 1] + o_tile)
+            src(f"pypto.assemble(pypto.reshape(oi, [{n}, 1, {heads}, {hd}], inplace=True), [r0 + {t0}, {w}, 0, 0], "
+                f"{o_out.name})")
+
+
+def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
+    """Per (token, work item) tile partials over the token's request rows (`_pto_cmp_tokens`), in the transposed
+    layout sᵀ = K·qᵀ (keys × (token, head)): the softmax reduces over rows, so m and l come out as rows, and
+    numpy's pairwise sum runs on row blocks. One request (seq tokens) per iteration of the main loop; the tokens
+    of a last, incomplete request (T not a multiple of seq) one per iteration of a tail loop, so that every
+    group of tokens is whole (no valid_shape, no per-token branches: each `if` doubles pypto's compiled paths).
+    q and cmp_rows are flattened once (in-place reshapes) and read through 2-D views (a reshaped view is a
+    copy). valid[t, c] ⇔ (c+1)·R ≤ min(pos[t]+1, kv_seq_len[b]) ∧ c < max_rows ∧ phys[b, c] ≥ 0, which is
+    c < n[t] exactly in integers (`_pto_cmp_mask`); items past the visible rows come out neutral (m = −1e20,
+    l = 0, o = 0) as in the reference."""
+    q, krows = spec.operands[:2]
+    _, heads, hd = q.shape
+    b_n, n_rows, _ = krows.shape
+    seq = int(spec.attrs["seq"])
+    src = Src(spec.signature())
+    tok = f"{q.name}.shape[0]" if q.is_dynamic(0) else str(q.shape[0])
+    src(f"tok = {tok}")
+    src(f"qf = pypto.reshape({q.name}, [tok * {heads}, {hd}], inplace=True)")
+    src(f"kf = pypto.reshape({krows.name}, [{b_n * n_rows}, {hd}], inplace=True)")
+    with src.block(f"for req in pypto.loop(0, tok // {seq}, 1, name=\"req_loop\", idx_name=\"req\"):"):
+        src(f"r0 = req * {seq}")
+        _pto_cmp_tokens(src, spec, seq)
+    if q.is_dynamic(0) or q.shape[0] % seq:
+        with src.block(f"for r0 in pypto.loop(tok // {seq} * {seq}, tok, 1, name=\"tail_loop\", idx_name=\"r0\"):"):
+            src(f"req = tok // {seq}")
+            _pto_cmp_tokens(src, spec, 1)
     return src.text()
 
 
@@ -514,8 +586,10 @@ def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
 
 def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     """phys[b, i] = table[b, i // bs]·bs + i % bs (−1 past the table or unmapped): the page of column i is static,
-    so each page is one table column broadcast over its bs columns plus an iota. rows = cmp_kv[phys] (−1 → 0) by
-    index_select of the clamped index, one request (one index row, one tile) at a time."""
+    so each page is one table column broadcast over its bs columns plus an iota. The whole table's part (phys,
+    the clamped index max(phys, 0) and the mask phys ≥ 0 as [B, L, 1]) is one forced subgraph; then per request
+    rows = cmp_kv[index] (−1 → 0) by index_select and where on [1, L, ·] tiles of 64 KiB (one index row per
+    index_select)."""
     cache, table = spec.operands
     rows_out, phys_out = spec.results
     b_n, pages = table.shape
@@ -523,6 +597,7 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     bs, wr, works = (int(spec.attrs[k]) for k in ("block_size", "work_rows", "works"))
     n = wr * works
     src = Src(spec.signature())
+    _pto_scope(src, 1)
     parts = []
     for p in range(-(-n // bs)):
         cols = min(bs, n - p * bs)
@@ -542,19 +617,23 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     _pto_set_tile(src, [b_n, max(n, 8)])
     src(f"phf = {parts[0] if len(parts) == 1 else 'pypto.concat([' + ', '.join(parts) + '], -1)'}")
     src(f"phi = {cast_expr('phf', 'f32', 'i32')}")
+    src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
+    src("cia = pypto.maximum(phi, 0)")
+    _pto_set_tile(src, [1, n, 8])
+    src(f"oka = pypto.ge(pypto.reshape(phf, [{b_n}, {n}, 1]), 0.0)")
+    _pto_scope(src, -1)
     d_tile = hd
-    while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+    while n * d_tile * 2 > 64 * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
     for b in range(b_n):
         _pto_set_tile(src, [1, max(n, 8)])
-        src(f"ci = pypto.maximum(pypto.view(phi, [1, {n}], [{b}, 0]), 0)")
-        src(f"okr = pypto.reshape(pypto.view(phf, [1, {n}], [{b}, 0]), [1, {n}, 1])")
+        src(f"ci = pypto.view(cia, [1, {n}], [{b}, 0])")
+        _pto_set_tile(src, [1, n, 8])
+        src(f"okr = pypto.view(oka, [1, {n}, 1], [{b}, 0, 0])")
         _pto_set_tile(src, [1, n, d_tile])
         src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"y = {cast_expr('pypto.where(pypto.ge(okr, 0.0), g, 0.0)', 'f32', rows_out.dtype)}")
+        src(f"y = {cast_expr('pypto.where(okr, g, 0.0)', 'f32', rows_out.dtype)}")
         src(f"pypto.assemble(y, [{b}, 0, 0], {rows_out.name})")
-    _pto_set_tile(src, [b_n, max(n, 8)])
-    src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
     return src.text()
 
 

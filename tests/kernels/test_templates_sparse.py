@@ -8,8 +8,9 @@ One `run_jobs` batch in full mode (SIM + pass-verify with our CPU-numerics fix) 
   tasks run by the numpy executor);
 * **edges**: single-op graphs for what the layer data does not reach: −1 and duplicate cache slots, partial row
   blocks (T not a multiple of the block), a k_tile block straddling the window / top-k lists, fully masked tokens
-  and items, several work items with max_rows below the row count, pages past the block table, a non-power-of-two
-  block size, and a swap permutation other than j ^ 1.
+  and items, several work items with max_rows below the row count, a last request with fewer than seq tokens
+  (hca_cmp_qk_pv), pages past the block table, a non-power-of-two block size, and a swap permutation other
+  than j ^ 1.
 
 Then every templated task of the flash TP4 decode-csa / decode-hca layers (before and after the default pipeline)
 compiles to the execute graph (compile mode). Every full-mode job must also pass pypto's tensor-graph check and
@@ -328,6 +329,10 @@ EDGES = {
         "graph @k<T = 6>(%q: bf16[T,4,64], %rows: bf16[3,32,64], %phys: i32[3,32], %pos: i32[T], %kvl: i32[3]) {\n"
         "  %m, %l, %o = hca_cmp_qk_pv(%q, %rows, %phys, %pos, %kvl) {scale = 0.125, ratio = 4, seq = 2,"
         " work_rows = 16, max_rows = 24} : f32[T,2,4], f32[T,2,4], f32[T,2,4,64]\n  return %m, %l, %o\n}\n"),
+    "cmp_qk_pv_last_request_partial": ("hca_cmp_qk_pv", _cmp_qk_pv_inputs,
+        "graph @k<T = 6>(%q: bf16[T,4,64], %rows: bf16[3,32,64], %phys: i32[3,32], %pos: i32[T], %kvl: i32[3]) {\n"
+        "  %m, %l, %o = hca_cmp_qk_pv(%q, %rows, %phys, %pos, %kvl) {scale = 0.125, ratio = 4, seq = 4,"
+        " work_rows = 16, max_rows = 24} : f32[T,2,4], f32[T,2,4], f32[T,2,4,64]\n  return %m, %l, %o\n}\n"),
     "work_gather_past_table": ("hca_cmp_work_gather", _work_gather_inputs,
         "graph @k(%cmp: bf16[40,64], %tab: i32[3,3]) {\n"
         "  %r, %p = hca_cmp_work_gather(%cmp, %tab) {block_size = 4, work_rows = 8, works = 2}"
@@ -403,6 +408,8 @@ def test_edge_cases_reach_what_they_claim(batch):
     _, job, _ = batch["cmp_qk_pv_two_items_max_rows"]
     assert job.goldens["m"][4].max() == np.float32(-1e20)        # request 2's first token sees no row
     assert job.goldens["m"][2:4, 1].max() == np.float32(-1e20)   # request 1's second item is neutral
+    task, job, _ = batch["cmp_qk_pv_last_request_partial"]
+    assert len(job.inputs["positions"]) % task.attrs["seq"]      # the last request has fewer than seq tokens
     _, job, _ = batch["work_gather_past_table"]
     assert (job.goldens["phys"][:, 12:] == -1).all() and (job.goldens["phys"][:, :12] >= 0).any()
     _, job, _ = batch["plan_block_size_3"]
