@@ -219,7 +219,8 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
 # import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
 # data movement).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
-from .qkv import _PtoBlock, _pto_inv_rms, _pto_rope, _pto_scope, _pto_set_tile  # noqa: E402
+from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,  # noqa: E402
+                  _pto_scope, _pto_set_tile)
 
 _PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
 _PTO_FLOOR_OFF = 1 << 24           # shift that turns C-style // into floor division for positions ≥ −2^24
@@ -726,50 +727,58 @@ class _PtoPool:
             self.src(f"{acc} = pypto.mul({row}, -1.0)" if r0 + i == 0 else f"{acc} = pypto.sub({acc}, {row})")
 
 
-def _pto_finish_y(src: Src, spec: KernelSpec, loop: RowLoop, blk: _PtoBlock) -> str:
-    """Emit y = rope((pooled · inv) · norm_w) for the block (f32 [br, HD]) as `y`; returns the wide tile."""
+_PTO_FINISH_ROWS = 16   # pooled rows per forced subgraph of the finish templates (whole blocks, then single rows)
+
+
+def _pto_finish_blocks(src: Src, pooled):
+    """The row blocks of the finish templates (`_pto_block_loops`: whole blocks of up to _PTO_FINISH_ROWS rows,
+    then single rows): yields (block rows, row offset expression)."""
+    rows = _PTO_FINISH_ROWS if pooled.is_dynamic(0) else max(1, min(_PTO_FINISH_ROWS, pooled.shape[0]))
+    yield from _pto_block_loops(src, pooled, rows)
+
+
+def _pto_finish_y(src: Src, spec: KernelSpec, r: int, r0: str) -> tuple[str, str]:
+    """y = rope((pooled · inv) · norm_w) (f32) of the r rows at r0 with the rank-2 row-norm helpers of
+    kernels.qkv (numpy's pairwise mean order; the pair swap by transposes): returns the expressions of its
+    nope part [r, HD − rd] (None without one) and rope part [r, rd]."""
     pooled, norm_w, cos_il, sin_signed = spec.operands[:4]
-    br, hd = blk.rows, pooled.shape[1]
-    rd = cos_il.shape[1]
+    hd, rd = pooled.shape[1], cos_il.shape[1]
     nope = hd - rd
     eps = float(spec.attrs.get("eps", 1e-6))
-    wide = vec_tile((br, hd), 4)
-    _pto_set_tile(src, wide)
-    src(f"x = {loop.view(pooled)}")
-    _pto_inv_rms(blk, "x", [br], hd, eps, "inv", wide)
-    src(f"wn = {cast_expr(f'pypto.reshape({norm_w.name}, [1, {hd}])', norm_w.dtype, 'f32')}")
-    src("yn = pypto.mul(pypto.mul(x, inv), wn)")
-    src(f"rp = {blk.sub('yn', [br], [0, nope], rd)}")
-    _pto_rope(blk, "rp", [br], rd, cos_il, sin_signed, "ro", wide)
-    if nope:
-        src(f"y = pypto.concat([{blk.sub('yn', [br], [0, 0], nope)}, ro], -1)")
-    else:
-        src("y = ro")
-    return wide
+    _pto_rms_norm_block(src, pooled, norm_w, r, r0, eps, "yn")
+    src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+    for name, t in (("cb", cos_il), ("sb", sin_signed)):
+        src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
+    src(f"rp = pypto.view(yn, [{r}, {rd}], [0, {nope}])")
+    _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+    return (f"pypto.view(yn, [{r}, {nope}], [0, 0])" if nope else None), "ro"
 
 
 def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
-    """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise)."""
+    """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise).
+    Blocks of whole rows, each one forced subgraph of rank-2 math (flash TP4 cost model, CSA inner: see the
+    commit log)."""
     pooled = spec.operands[0]
     out = spec.results[0]
     src = Src(spec.signature())
-    loop = RowLoop(src, pooled, row_block(spec, default=16))
-    blk = _PtoBlock(loop, pooled)
-    with loop.loop():
-        _pto_scope(src, 1)  # the norm + RoPE chain of tiny ops as one fused vector subgraph (76 k → 41 k cycles)
-        _pto_finish_y(src, spec, loop, blk)
-        loop.store("y", out)
+    for r, r0 in _pto_finish_blocks(src, pooled):
+        _pto_scope(src, 1)
+        nope, ro = _pto_finish_y(src, spec, r, r0)
+        width = pooled.shape[1] - spec.operands[2].shape[1]
+        if nope:  # a view of a subgraph's tensor stored as is would be its own task (· 1: an exact copy)
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(width)})")
+            src(f"pypto.assemble(pypto.mul({nope}, 1.0), [{r0}, 0], {out.name})")
+        src(f"pypto.assemble({ro}, [{r0}, {width}], {out.name})")
         _pto_scope(src, -1)
     return src.text()
 
 
-def _pto_store_rows(src: Src, spec: KernelSpec, blk: _PtoBlock, positions, slots, stores) -> None:
-    """For every request row of the block: if it pooled an entry (first (pos+1) % r == 0 token) whose slot is
+def _pto_store_rows(src: Src, spec: KernelSpec, n: str, r0: str, positions, slots, stores) -> None:
+    """For each of the n request rows at r0: if it pooled an entry (first (pos+1) % r == 0 token) whose slot is
     mapped, `stores(row_index, slot)` emits the row writes (inside the `if`)."""
     seq, ratio = int(spec.attrs["seq"]), int(spec.attrs["ratio"])
-    n = "valid" if blk.partial else str(blk.rows)
     with src.block(f'for i in pypto.loop(0, {n}, 1, name="store_loop", idx_name="i"):'):
-        src(f"b = {blk.r0} + i")
+        src(f"b = {r0} + i")
         has, tsel, _psel = _pto_pool_token(src, positions.name, "b", seq, ratio)
         src(f"slot = {slots.name}[{tsel}]")
         with src.block(f"if pypto.min({has} - 1, slot) >= 0:"):
@@ -783,20 +792,19 @@ def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     cache = spec.results[0]
     hd = pooled.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, pooled, row_block(spec, default=16))
-    blk = _PtoBlock(loop, pooled)
-    with loop.loop():
+    for r, r0 in _pto_finish_blocks(src, pooled):
         _pto_scope(src, 1)
-        wide = _pto_finish_y(src, spec, loop, blk)
-        src(f"yb = {cast_expr('y', 'f32', cache.dtype)}")
+        nope, ro = _pto_finish_y(src, spec, r, r0)
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(hd)})")
+        y = f"pypto.concat([{nope}, {ro}], -1)" if nope else ro
+        src(f"yb = {cast_expr(y, 'f32', cache.dtype)}")
         _pto_scope(src, -1)
         _pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
 
         def store(i, slot):
             src(f"pypto.assemble(pypto.clone(pypto.view(yb, [1, {hd}], [{i}, 0])), [{slot}, 0], {cache.name})")
 
-        _pto_store_rows(src, spec, blk, pos, slots, store)
-        _pto_set_tile(src, wide)
+        _pto_store_rows(src, spec, str(r), r0, pos, slots, store)
     return src.text()
 
 
@@ -849,7 +857,7 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
             src(f"sv = pypto.reshape(pypto.clone(pypto.view(ks, [1, 1], [{i}, 0])), [1])")
             src(f"pypto.assemble(sv, [{slot}], {scale.name})")
 
-        _pto_store_rows(src, spec, blk, pos, slots, store)
+        _pto_store_rows(src, spec, "valid" if blk.partial else str(blk.rows), blk.r0, pos, slots, store)
     return src.text()
 
 
