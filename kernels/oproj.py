@@ -54,7 +54,7 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
-                      round_up, row_block, vec_tile)
+                      ceil_div, round_up, row_block, vec_tile)
 
 _PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
@@ -141,27 +141,39 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     return src.text()
 
 
-_PTO_DEQUANT_ROWS = 128  # rows per loop iteration, ≤ 64 KiB tiles (flash: 123 → ~46 µs in the cost model)
+_PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
+_PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
+    """acc = Σ_g f32(acc_g)·s_g (groups ascending), then acc·wo_b_scale, rounded to the output dtype. One forced
+    subgraph per block of rows, as many blocks as vector cores (each pypto task costs dispatch and ~1.4 k
+    cycles per copy-in, so a block reads its activation scales once as a column and wo_b_scale once); ≤ 64 KiB
+    tiles of whole rows inside (flash TP4 cost model: 128 tasks, 46 µs → see the commit log)."""
     sw, *parts = spec.operands
     out = spec.results[0]
     rows, n = parts[0].shape
+    tile_rows = max(1, min(rows, _PTO_DEQUANT_TILE_BYTES // (4 * n)))
+    block = round_up(ceil_div(rows, _PTO_DEQUANT_CORES), tile_rows)
     src = Src(spec.signature())
-    loop = RowLoop(src, parts[0], _PTO_DEQUANT_ROWS)
+    loop = RowLoop(src, parts[0], block)
     br = loop.shape(parts[0])[0]
+    col = ", valid_shape=[valid, 1]" if loop.looped and loop.partial else ""
     with loop.loop():
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, n), 4, budget=64 * 1024)))})")
+        src("pypto.set_pass_options(sg_set_scope=1)")
+        for i in range(1, len(parts), 2):
+            src(f"pypto.set_vec_tile_shapes({round_up(br, 8)})")
+            src(f"v{i // 2} = {loop.view(parts[i])}")
+            src(f"pypto.set_vec_tile_shapes({br}, 8)")
+            src(f"s{i // 2} = pypto.reshape(v{i // 2}, [{br}, 1]{col})")
+        src(f"pypto.set_vec_tile_shapes({tile_rows}, {n})")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         for i in range(0, len(parts), 2):
-            acc, s = parts[i], parts[i + 1]
-            src(f"s{i // 2} = pypto.reshape({loop.view(s)}, [{br}, 1]"
-                + (", valid_shape=[valid, 1])" if loop.looped and loop.partial else ")"))
-            term = f"pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, s{i // 2})"
+            term = f"pypto.mul({cast_expr(loop.view(parts[i]), 'i32', 'f32')}, s{i // 2})"
             src(f"total = {term}" if i == 0 else f"total = pypto.add(total, {term})")
         src(f"y = {cast_expr('pypto.mul(total, swv)', 'f32', out.dtype)}")
         loop.store("y", out)
+        src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
 
 
