@@ -223,7 +223,6 @@ from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, 
                   _pto_scope, _pto_set_tile)
 
 _PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
-_PTO_FLOOR_OFF = 1 << 24           # shift that turns C-style // into floor division for positions ≥ −2^24
 
 
 def _pto_tile(src: Src, shape, itemsize: int = 4) -> list[int]:
@@ -245,12 +244,6 @@ def _pto_cols_of(src: Src, ramp: str, start: str, width: int, name: str) -> None
     src(f"{name}_s = pypto.view({ramp}, [{width}], [{start}])")
     _pto_set_tile(src, vec_tile((1, width), 4))
     src(f"{name} = pypto.reshape({name}_s, [1, {width}])")
-
-
-def _pto_floordiv(value: str, d: int) -> str:
-    """floor(value / d) for a scalar value ≥ −2^24 (SymbolicScalar // truncates towards zero)."""
-    off = -(-_PTO_FLOOR_OFF // d) * d
-    return f"(({value}) + {off}) // {d} - {off // d}"
 
 
 def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag: str = "") -> tuple[str, str, str]:
@@ -283,48 +276,66 @@ def pypto_rope_swap_idx(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_ROPE_ROWS = 32   # rows per forced subgraph of rope_interleave
+
+
 def pypto_rope_interleave(spec: KernelSpec) -> str:
-    """cos_il = [c | c], sin_signed = [−s | s] interleaved by reshape [rows, 2, half] → transpose → [rows, rd]
-    (pure data movement and a negation: exact)."""
+    """cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1] (− for even j): per block of R rows (one forced
+    subgraph), the halves transposed to [half, R], placed side by side as [c | c] / [−s | s] ([half, 2R], which
+    is the interleaved [rd, R] read row-major) and transposed back; pure data movement and a negation (exact).
+    Flash TP4 cost model (hca.rope_interleave, one block): 36 tasks, 38 µs of work → see the commit log."""
     spec = spec.static()
     cos, sin = spec.operands
     cos_il, sin_signed = spec.results
     rows, half = cos.shape
     rd = 2 * half
     src = Src(spec.signature())
-    _pto_set_tile(src, vec_tile((rows, rd), 4))
-    src(f"cf = {cast_expr(cos.name, cos.dtype, 'f32')}")
-    src(f"sf = {cast_expr(sin.name, sin.dtype, 'f32')}")
-    src("cc = pypto.concat([cf, cf], -1)")
-    src("ss = pypto.concat([pypto.neg(sf), sf], -1)")
-    for name, target in (("cc", cos_il), ("ss", sin_signed)):
-        _pto_set_tile(src, [rows, 2, half])
-        src(f"{name}3 = pypto.reshape({name}, [{rows}, 2, {half}])")
-        _pto_set_tile(src, [rows, half, 2])
-        src(f"{name}t = pypto.transpose({name}3, 1, 2)")
-        _pto_set_tile(src, vec_tile((rows, rd), 4))
-        src(f"{name}i = pypto.reshape({name}t, [{rows}, {rd}])")
-        src(f"{name}o = {cast_expr(name + 'i', 'f32', target.dtype)}")
-        src(f"pypto.assemble({name}o, [0, 0], {target.name})")
+    for r0 in range(0, rows, _PTO_ROPE_ROWS):
+        r = min(_PTO_ROPE_ROWS, rows - r0)
+        w = _pto_align(r, 8)
+        _pto_scope(src, 1 + r0 // _PTO_ROPE_ROWS)
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(half, 8)})")
+        for name, t in (("c", cos), ("s", sin)):
+            src(f"{name}f = {cast_expr(f'pypto.view({t.name}, [{r}, {half}], [{r0}, 0])', t.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes({half}, {w})")
+        src("ct = pypto.transpose(cf, 0, 1)")
+        src("st = pypto.transpose(sf, 0, 1)")
+        src(f"pypto.set_vec_tile_shapes({half}, {_pto_align(2 * r, 8)})")
+        src("cc = pypto.concat([ct, ct], -1)")
+        src("ss = pypto.concat([pypto.neg(st), st], -1)")
+        for name, target in (("cc", cos_il), ("ss", sin_signed)):
+            src(f"pypto.set_vec_tile_shapes({rd}, {w})")
+            src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd, 8)})")
+            src(f"{name}o = {cast_expr(f'pypto.transpose({name}2, 0, 1)', 'f32', target.dtype)}")
+            src(f"pypto.assemble({name}o, [{r0}, 0], {target.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
 def pypto_rope_gather_rows(spec: KernelSpec) -> str:
-    """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r)), rows [1, half] of both tables at p."""
+    """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r); a negative p reads row P + p like
+    numpy's indexing), rows [B, half] of both tables at p: the first tokens' positions by `index_select` at
+    0, seq, 2·seq, …, the rows by `index_select` of the tables' first halves, in one forced subgraph (flash TP4
+    cost model, hca.cmp_rope_rows: 32 tasks, 31 µs of work → see the commit log)."""
     cos_t, sin_t, pos = spec.operands
     cos, sin = spec.results
     batch, half = cos.shape
+    n_rows = cos_t.shape[0]
     seq, ratio = int(spec.attrs["seq"]), int(spec.attrs.get("ratio", 1))
     src = Src(spec.signature())
-    _pto_set_tile(src, vec_tile((1, half), cos.itemsize))
-    with src.block(f'for b in pypto.loop(0, {batch}, 1, name="req_loop", idx_name="b"):'):
-        src(f"p = {pos.name}[b * {seq}]")
-        if spec.attrs["at"] == "boundary" and ratio > 1:
-            src(f"p = {ratio} * ({_pto_floordiv('p', ratio)})")
-        for table, out in ((cos_t, cos), (sin_t, sin)):
-            row = cast_expr(f"pypto.view({table.name}, [1, {half}], [p, 0])", table.dtype, out.dtype)
-            src(f"pypto.assemble({row if row.startswith('pypto.cast') else f'pypto.clone({row})'}, [b, 0], "
-                f"{out.name})")
+    _pto_scope(src, 1)
+    _pto_set_tile(src, [max(batch, 8)])
+    src(f"tok = pypto.cast(pypto.cast(pypto.arange(0, {batch * seq}, {seq}), pypto.DT_FP32), {_PTO_I32})")
+    src(f"pf = pypto.cast(pypto.index_select({pos.name}, 0, tok), pypto.DT_FP32)")
+    if spec.attrs["at"] == "boundary" and ratio > 1:
+        src(f"pf = pypto.mul({_pto_floor('pf', ratio, signed=True)}, {float(ratio)!r})")
+    src(f"pi = pypto.cast(pypto.where(pypto.lt(pf, 0.0), pypto.add(pf, {float(n_rows)!r}), pf), {_PTO_I32})")
+    _pto_set_tile(src, [batch, _pto_align(half, 16 if cos.itemsize == 2 else 8)])
+    for table, out in ((cos_t, cos), (sin_t, sin)):
+        rows = f"pypto.index_select(pypto.view({table.name}, [{n_rows}, {half}], [0, 0]), 0, pi)"
+        src(f"pypto.assemble({cast_expr(rows, table.dtype, out.dtype)}, [0, 0], {out.name})")
+    _pto_scope(src, -1)
     return src.text()
 
 
