@@ -219,6 +219,7 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
 # import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
 # data movement).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
+from .oproj import _pto_cube_shapes_spread  # noqa: E402
 from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,  # noqa: E402
                   _pto_scope, _pto_set_tile)
 
@@ -340,15 +341,17 @@ def pypto_rope_gather_rows(spec: KernelSpec) -> str:
 
 
 def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
-    """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation), row block by row block."""
+    """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation): all rows in one loop iteration (every tile
+    task dispatched at once), the cube tiles of `_pto_cube_shapes_spread` (deep L1 k tiles, the output tile
+    that spreads the two products over the cube cores). Flash TP4 cost model: see the commit log."""
     x, wkv, wgate = spec.operands
     kv, score = spec.results
     width, out_dim = x.shape[1], wkv.shape[0]
     src = Src(spec.signature())
-    loop = RowLoop(src, x, 64 if x.is_dynamic(0) or x.shape[0] > 64 else x.shape[0])
+    loop = RowLoop(src, x, x.shape[0])
     br = loop.shape(x)[0]
     with loop.loop():
-        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, width, out_dim, x.dtype)})")
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes_spread(br, width, out_dim, x.dtype, matmuls=2)})")
         src(f"xa = {loop.view(x)}")
         src(f"kvb = pypto.matmul(xa, {wkv.name}, pypto.DT_FP32, b_trans=True)")
         src(f"scb = pypto.matmul(xa, {wgate.name}, pypto.DT_FP32, b_trans=True)")

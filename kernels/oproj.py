@@ -59,15 +59,12 @@ from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowL
 _PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
 
-def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
-    """`set_cube_tile_shapes` for the O projections' [m,k]·[k,n]: output tiles of up to 128 × 256, the L0 k
-    tile as large as L0B allows, and an L1 k tile of up to 1024 (as many L0 k steps as the A and B slices fit in
-    L1). In pypto 0.2.0's cost model every L1 k step costs a fixed reload, so the deep L1 tile halves the cube
-    time (flash TP4 o_proj_a 90 → 45 µs, o_proj_b 60 → 33 µs against `cube_shapes`)."""
+def _pto_cube_tiles(m: int, k: int, n: int, dtype: str, tm_cap: int = 128, tn_cap: int = 256):
+    """(tm, tk, tk1, tn) of `_pto_cube_shapes` with output tiles of up to tm_cap × tn_cap."""
     item = ITEMSIZE[dtype]
     align = 32 if item == 1 else 16
-    tm = min(128, round_up(max(m, 1), 16))
-    tn = min(256, round_up(max(n, 1), align))
+    tm = min(tm_cap, round_up(max(m, 1), 16))
+    tn = min(tn_cap, round_up(max(n, 1), align))
     while tm * tn * 4 > L0C_BYTES and tn > align:
         tn //= 2
     tk = min(256, round_up(max(k, 1), align))
@@ -76,7 +73,42 @@ def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
     tk1 = tk
     while tk1 * 2 <= min(1024, round_up(k, tk)) and (tm + tn) * tk1 * 2 * item <= _PTO_L1_BYTES:
         tk1 *= 2
+    return tm, tk, tk1, tn
+
+
+def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
+    """`set_cube_tile_shapes` for the O projections' [m,k]·[k,n]: output tiles of up to 128 × 256, the L0 k
+    tile as large as L0B allows, and an L1 k tile of up to 1024 (as many L0 k steps as the A and B slices fit in
+    L1). In pypto 0.2.0's cost model every L1 k step costs a fixed reload, so the deep L1 tile halves the cube
+    time (flash TP4 o_proj_a 90 → 45 µs, o_proj_b 60 → 33 µs against `cube_shapes`)."""
+    return _pto_cube_args(*_pto_cube_tiles(m, k, n, dtype))
+
+
+def _pto_cube_args(tm: int, tk: int, tk1: int, tn: int) -> str:
     return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
+
+
+_PTO_CUBE_CORES = 24
+_PTO_COPY_IN_CYCLES = 1400   # cost model: fixed cycles of one copy into L1 / UB ...
+_PTO_COPY_IN_BYTES = 95      # ... plus a byte per this many ... (bytes / cycle)
+
+
+def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1) -> str:
+    """`_pto_cube_shapes` with the output tile chosen for the whole kernel: each of the `matmuls` products
+    [m,k]·[k,n] runs one pypto task per output tile, and a task's time is its L1 copies (a fixed cost each, then
+    bandwidth: the A and B slices of every L1 k step), so the tile minimising waves × task time over the cube
+    cores wins (smaller tiles than 128 × 256 when that leaves cores idle). Flash TP4 cost model, kv_score_proj:
+    see the commit log."""
+    item = ITEMSIZE[dtype]
+
+    def time(tiles):
+        tm, _tk, tk1, tn = tiles
+        tasks = matmuls * ceil_div(m, tm) * ceil_div(n, tn)
+        copy = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
+        return ceil_div(tasks, _PTO_CUBE_CORES) * copy, tasks
+
+    options = {_pto_cube_tiles(m, k, n, dtype, tm_cap, tn_cap) for tm_cap in (128, 64, 32) for tn_cap in (256, 128, 64)}
+    return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
 
 
 def pypto_o_proj_a(spec: KernelSpec) -> str:
