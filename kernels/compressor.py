@@ -522,8 +522,8 @@ def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
 
 
 def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
-    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: reads its `pf1` (f32 positions [T]),
-    `tbf` (f32 table [B, pages]) and the written state."""
+    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: every request's window rows and their
+    validity (one forced subgraph), then `_PtoPool` per chunk of channels."""
     table = spec.operands[4]
     ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
     overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
@@ -581,14 +581,13 @@ def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
     for d0 in range(0, hd, cd):
         _pto_scope(src, scope)
         mx, nd = pool.max_den(d0, cd, f"{d0 // cd}")
-        if cp < cd:
-            _pto_scope(src, -1)
         for p0 in range(d0, d0 + cd, cp):
-            if cp < cd:
+            if cp < cd:  # each Σ kv·w chunk its own subgraph
+                _pto_scope(src, -1)
                 scope += 1
                 _pto_scope(src, scope)
             pool.weighted_sum(p0, cp, mx, nd, p0 - d0, keep_e=cp == cd)
-            _pto_scope(src, -1)
+        _pto_scope(src, -1)
         scope += 1
 
 

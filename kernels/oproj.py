@@ -180,8 +180,10 @@ _PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced 
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
     """acc = Σ_g f32(acc_g)·s_g (groups ascending), then acc·wo_b_scale, rounded to the output dtype. One forced
     subgraph per block of rows, as many blocks as vector cores (each pypto task costs dispatch and ~1.4 k
-    cycles per copy-in, so a block reads its activation scales once as a column and wo_b_scale once); ≤ 64 KiB
-    tiles of whole rows inside (flash TP4 cost model: 128 → 43 tasks, 46.3 → 16.7 µs)."""
+    cycles per copy-in, so a block reads its activation scales once as a column and wo_b_scale once; the columns
+    come from reshapes of the block's views: reshaping the parameters in place kept the block's tiles from
+    merging into one task); ≤ 64 KiB tiles of whole rows inside (flash TP4 cost model: 128 → 43 tasks, 46.3 →
+    16.7 µs)."""
     sw, *parts = spec.operands
     out = spec.results[0]
     rows, n = parts[0].shape
