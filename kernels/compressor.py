@@ -210,19 +210,24 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
 #   arithmetic (+ − * // % == < >= pypto.min/max) giving row offsets for `pypto.view` / `pypto.assemble`, and a
 #   `pypto.loop` body that writes a row only `if <scalar> >= 0` (the cache writes: a few rows per step);
 # * vector index arithmetic: positions and tables as f32 tensors (exact integers < 2^23), floors as
-#   trunc((x + ½)/d), table lookups by `pypto.gather`, rows read by `index_select` and written by one
-#   `scatter_update` (cmp_scatter_softmax_pool: every token at once, so a handful of large tasks instead of a
+#   trunc((x + ½)/d), table lookups by `pypto.gather`, rows read by `index_select` and written by chained
+#   `scatter_update`s (cmp_scatter_softmax_pool: every token at once, so a handful of large tasks instead of a
 #   few per token).
+# What pypto 0.2.0's cost model charges (read from its per-op logs): a vector op costs ~45 cycles plus its
+# elements per leading-dim slice (so the large ops run on [1, X, Y] slabs), a copy into UB ~1.4 k cycles plus
+# ~95 B/cycle, an `index_select` from GM next to nothing; a reshape of a parameter is a HUB task that delays the
+# first core task by ~3 µs (so the templates reshape local tensors instead).
 # `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0), and a view of a local tensor at a
 # loop-variable offset is copied piecewise (tens of tasks): neither is used for masks.
 # Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
 # import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
 # data movement).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
-from .qkv import _PtoBlock, _pto_inv_rms, _pto_rope, _pto_scope, _pto_set_tile  # noqa: E402
+from .oproj import _pto_cube_shapes_spread  # noqa: E402
+from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,  # noqa: E402
+                  _pto_scope, _pto_set_tile)
 
 _PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
-_PTO_FLOOR_OFF = 1 << 24           # shift that turns C-style // into floor division for positions ≥ −2^24
 
 
 def _pto_tile(src: Src, shape, itemsize: int = 4) -> list[int]:
@@ -244,12 +249,6 @@ def _pto_cols_of(src: Src, ramp: str, start: str, width: int, name: str) -> None
     src(f"{name}_s = pypto.view({ramp}, [{width}], [{start}])")
     _pto_set_tile(src, vec_tile((1, width), 4))
     src(f"{name} = pypto.reshape({name}_s, [1, {width}])")
-
-
-def _pto_floordiv(value: str, d: int) -> str:
-    """floor(value / d) for a scalar value ≥ −2^24 (SymbolicScalar // truncates towards zero)."""
-    off = -(-_PTO_FLOOR_OFF // d) * d
-    return f"(({value}) + {off}) // {d} - {off // d}"
 
 
 def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag: str = "") -> tuple[str, str, str]:
@@ -282,61 +281,82 @@ def pypto_rope_swap_idx(spec: KernelSpec) -> str:
     return src.text()
 
 
+_PTO_ROPE_ROWS = 32   # rows per forced subgraph of rope_interleave
+
+
 def pypto_rope_interleave(spec: KernelSpec) -> str:
-    """cos_il = [c | c], sin_signed = [−s | s] interleaved by reshape [rows, 2, half] → transpose → [rows, rd]
-    (pure data movement and a negation: exact)."""
+    """cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1] (− for even j): per block of R rows (one forced
+    subgraph), the halves transposed to [half, R], placed side by side as [c | c] / [−s | s] ([half, 2R], which
+    is the interleaved [rd, R] read row-major) and transposed back; pure data movement and a negation (exact).
+    Flash TP4 cost model (hca.rope_interleave, one block): 36 → 2 tasks, 38.2 → 3.9 µs of work."""
     spec = spec.static()
     cos, sin = spec.operands
     cos_il, sin_signed = spec.results
     rows, half = cos.shape
     rd = 2 * half
     src = Src(spec.signature())
-    _pto_set_tile(src, vec_tile((rows, rd), 4))
-    src(f"cf = {cast_expr(cos.name, cos.dtype, 'f32')}")
-    src(f"sf = {cast_expr(sin.name, sin.dtype, 'f32')}")
-    src("cc = pypto.concat([cf, cf], -1)")
-    src("ss = pypto.concat([pypto.neg(sf), sf], -1)")
-    for name, target in (("cc", cos_il), ("ss", sin_signed)):
-        _pto_set_tile(src, [rows, 2, half])
-        src(f"{name}3 = pypto.reshape({name}, [{rows}, 2, {half}])")
-        _pto_set_tile(src, [rows, half, 2])
-        src(f"{name}t = pypto.transpose({name}3, 1, 2)")
-        _pto_set_tile(src, vec_tile((rows, rd), 4))
-        src(f"{name}i = pypto.reshape({name}t, [{rows}, {rd}])")
-        src(f"{name}o = {cast_expr(name + 'i', 'f32', target.dtype)}")
-        src(f"pypto.assemble({name}o, [0, 0], {target.name})")
+    for r0 in range(0, rows, _PTO_ROPE_ROWS):
+        r = min(_PTO_ROPE_ROWS, rows - r0)
+        w = _pto_align(r, 8)
+        _pto_scope(src, 1 + r0 // _PTO_ROPE_ROWS)
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(half, 8)})")
+        for name, t in (("c", cos), ("s", sin)):
+            src(f"{name}f = {cast_expr(f'pypto.view({t.name}, [{r}, {half}], [{r0}, 0])', t.dtype, 'f32')}")
+        src(f"pypto.set_vec_tile_shapes({half}, {w})")
+        src("ct = pypto.transpose(cf, 0, 1)")
+        src("st = pypto.transpose(sf, 0, 1)")
+        src(f"pypto.set_vec_tile_shapes({half}, {_pto_align(2 * r, 8)})")
+        src("cc = pypto.concat([ct, ct], -1)")
+        src("ss = pypto.concat([pypto.neg(st), st], -1)")
+        for name, target in (("cc", cos_il), ("ss", sin_signed)):
+            src(f"pypto.set_vec_tile_shapes({rd}, {w})")
+            src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd, 8)})")
+            src(f"{name}o = {cast_expr(f'pypto.transpose({name}2, 0, 1)', 'f32', target.dtype)}")
+            src(f"pypto.assemble({name}o, [{r0}, 0], {target.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
 def pypto_rope_gather_rows(spec: KernelSpec) -> str:
-    """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r)), rows [1, half] of both tables at p."""
+    """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r); a negative p reads row P + p like
+    numpy's indexing), rows [B, half] of both tables at p: the first tokens' positions by `index_select` at
+    0, seq, 2·seq, …, the rows by `index_select` of the tables' first halves, in one forced subgraph (flash TP4
+    cost model, hca.cmp_rope_rows: 32 → 1 task, 30.5 → 1.0 µs of work)."""
     cos_t, sin_t, pos = spec.operands
     cos, sin = spec.results
     batch, half = cos.shape
+    n_rows = cos_t.shape[0]
     seq, ratio = int(spec.attrs["seq"]), int(spec.attrs.get("ratio", 1))
     src = Src(spec.signature())
-    _pto_set_tile(src, vec_tile((1, half), cos.itemsize))
-    with src.block(f'for b in pypto.loop(0, {batch}, 1, name="req_loop", idx_name="b"):'):
-        src(f"p = {pos.name}[b * {seq}]")
-        if spec.attrs["at"] == "boundary" and ratio > 1:
-            src(f"p = {ratio} * ({_pto_floordiv('p', ratio)})")
-        for table, out in ((cos_t, cos), (sin_t, sin)):
-            row = cast_expr(f"pypto.view({table.name}, [1, {half}], [p, 0])", table.dtype, out.dtype)
-            src(f"pypto.assemble({row if row.startswith('pypto.cast') else f'pypto.clone({row})'}, [b, 0], "
-                f"{out.name})")
+    _pto_scope(src, 1)
+    _pto_set_tile(src, [max(batch, 8)])
+    src(f"tok = pypto.cast(pypto.cast(pypto.arange(0, {batch * seq}, {seq}), pypto.DT_FP32), {_PTO_I32})")
+    src(f"pf = pypto.cast(pypto.index_select({pos.name}, 0, tok), pypto.DT_FP32)")
+    if spec.attrs["at"] == "boundary" and ratio > 1:
+        src(f"pf = pypto.mul({_pto_floor('pf', ratio, signed=True)}, {float(ratio)!r})")
+    src(f"pi = pypto.cast(pypto.where(pypto.lt(pf, 0.0), pypto.add(pf, {float(n_rows)!r}), pf), {_PTO_I32})")
+    _pto_set_tile(src, [batch, _pto_align(half, 16 if cos.itemsize == 2 else 8)])
+    for table, out in ((cos_t, cos), (sin_t, sin)):
+        rows = f"pypto.index_select(pypto.view({table.name}, [{n_rows}, {half}], [0, 0]), 0, pi)"
+        src(f"pypto.assemble({cast_expr(rows, table.dtype, out.dtype)}, [0, 0], {out.name})")
+    _pto_scope(src, -1)
     return src.text()
 
 
 def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
-    """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation), row block by row block."""
+    """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation): all rows in one loop iteration (every tile
+    task dispatched at once), the cube tiles of `_pto_cube_shapes_spread` (deep L1 k tiles, the output tile
+    that spreads the two products over the cube cores). Flash TP4 cost model (alone µs): HCA 42.9 → 24.0,
+    CSA 80.4 → 33.6, CSA inner 42.9 → 20.8."""
     x, wkv, wgate = spec.operands
     kv, score = spec.results
     width, out_dim = x.shape[1], wkv.shape[0]
     src = Src(spec.signature())
-    loop = RowLoop(src, x, 64 if x.is_dynamic(0) or x.shape[0] > 64 else x.shape[0])
+    loop = RowLoop(src, x, x.shape[0])
     br = loop.shape(x)[0]
     with loop.loop():
-        src(f"pypto.set_cube_tile_shapes({cube_shapes(br, width, out_dim, x.dtype)})")
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes_spread(br, width, out_dim, x.dtype, matmuls=2)})")
         src(f"xa = {loop.view(x)}")
         src(f"kvb = pypto.matmul(xa, {wkv.name}, pypto.DT_FP32, b_trans=True)")
         src(f"scb = pypto.matmul(xa, {wgate.name}, pypto.DT_FP32, b_trans=True)")
@@ -380,23 +400,20 @@ def _pto_arange(src: Src, n: int, name: str) -> None:
 
 
 def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
-    """Vectorised over tokens and requests (static T), integer arithmetic in f32 (< 2^23, exact).
+    """Vectorised over tokens and requests (static T), integer arithmetic in f32 (< 2^23, exact); a handful of
+    forced subgraphs (each pypto task costs dispatch and ~1.4 k cycles per copy-in).
 
-    Scatter: row(t) = table[t // seq, (max(pos,0) // BS) % pages]·BS + max(pos,0) % BS (the table column by
-    `pypto.gather` on the token's table row), valid iff pos ≥ 0 and the page is mapped. "Later tokens win" and
-    "−1 skipped" are made order-free for ONE `scatter_update`: token t writes the row of its winner w(t) = the
-    last valid token with the same row (amax over a [T, T] match matrix), so duplicate rows carry identical data;
-    an invalid token writes row 0 with row 0's final content (its winner's, else state_in[0]). The written state
-    is then read back for the pool.
+    Scatter: row(t) = table[t // seq, (max(pos,0) // BS) % pages]·BS + max(pos,0) % BS (the table entry by
+    `pypto.gather` on the flat table), valid iff pos ≥ 0 and the page is mapped. "Later tokens win" and
+    "−1 skipped" are made order-free for the `scatter_update`s: token t writes the row of its winner w(t) = the
+    last valid token with the same row (amax over a [T, T] match matrix), so duplicate rows carry identical data
+    (the winner's rows `index_select`ed from kv / score / ape); an invalid token writes row 0 with row 0's final
+    content (its winner's, else state_in[0]). The written state is then read back for the pool.
     Pool: per request, the pooling token (first with (pos+1) % r == 0: amin of the flagged token indices), its
     entry j = floor(pos / r) and the window positions give [B, rows] physical rows (the page by `pypto.gather`
-    on the request's table row) and a validity mask (all rows invalid without an entry: the pool is then 0).
-    The pool runs per group of requests, each group one forced subgraph (`_pto_pool_group_emit`): its windows
-    `index_select`ed from the state per half (ratio-4 overlap: the front and back column halves) in blocks of
-    rows, masked (kv 0 / score FP32_NEG_INF), softmax over the rows per channel, then Σ kv·w; both row sums run
-    row after row like numpy's axis-0 sum (bitwise up to the calculator's exp). Flash TP4 cost-model µs (span /
-    busy), one subgraph for all requests → per group: HCA 805 / 1058 → 54 / 341 (the serial chain of
-    [B, 1, HD] rows read one copy-in per row), CSA 119 / 209 → 48 / 106, CSA inner 84 / 106 → 45 / 50."""
+    on the request's table row) and a validity mask (all rows invalid without an entry: the pool is then 0);
+    then `_PtoPool` per chunk of channels. Flash TP4 cost-model µs (span / busy), per-request pool subgraphs →
+    these: HCA 54 / 341 → 152 / 219, CSA 48 / 106 → 24 / 34, CSA inner 45 / 50 → 15 / 17."""
     spec = spec.static()
     kv, sc, ape, state_in, table, pos = spec.operands
     state, pooled = spec.results
@@ -406,74 +423,119 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     width = state.shape[1]
     batch, pages = table.shape
     rows = (2 if overlap else 1) * ratio
-    col = [t_n, 8]
     src = Src(spec.signature())
-    # ---- per token: its state row, validity and winner
-    _pto_set_tile(src, [max(t_n, 8)])
-    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
-    _pto_set_tile(src, col)
-    src(f"pf = pypto.reshape(pf1, [{t_n}, 1])")
-    src("pc = pypto.maximum(pf, 0.0)")
-    src(f"pq = {_pto_floor('pc', bs)}")
-    src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
-    src(f"prem = pypto.sub(pc, pypto.mul(pq, {float(bs)!r}))")
-    src(f"amod = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
-    _pto_token_table_rows(src, table, batch, seq)
-    _pto_set_tile(src, col)
-    src(f"pg = pypto.gather(tbt, 1, pypto.cast(pcol, {_PTO_I32}))")
-    src("okt = pypto.where(pypto.ge(pf, 0.0), pypto.where(pypto.ge(pg, 0.0), 1.0, 0.0), 0.0)")
-    src(f"row = pypto.add(pypto.mul(pg, {float(bs)!r}), prem)")
-    src("rowv = pypto.where(pypto.ge(okt, 0.5), row, -1.0)")
-    src("eff = pypto.where(pypto.ge(okt, 0.5), row, 0.0)")
-    _pto_arange(src, t_n, "tid")
+    # ---- per token: its state row, validity and winner; then the scatter (one forced subgraph)
+    _pto_scope(src, 1)
+    _pto_token_rows(src, spec)
+    _pto_set_tile(src, [t_n, 8])
+    src("effc = pypto.transpose(effr, 0, 1)")
     sq = vec_tile((t_n, t_n), 4)
     _pto_set_tile(src, sq)
-    src(f"me = pypto.eq(pypto.expand_clone(eff, [{t_n}, {t_n}]), "
-        f"pypto.expand_clone(pypto.reshape(rowv, [1, {t_n}]), [{t_n}, {t_n}]))")
-    src(f"cand = pypto.where(me, pypto.expand_clone(tid, [{t_n}, {t_n}]), -1.0)")
-    src("win = pypto.amax(cand, -1, keepdim=True)")
-    _pto_set_tile(src, col)
-    src(f"widx = pypto.cast(pypto.where(pypto.ge(win, 0.0), win, {float(t_n)!r}), {_PTO_I32})")
-    src(f"arow = pypto.cast(amod, {_PTO_I32})")
-    wide = vec_tile((t_n, out_dim), 4, 32 * 1024)
-    _pto_set_tile(src, wide)
-    src(f"apr = pypto.index_select({ape.name}, 0, pypto.reshape(arow, [{t_n}]))")
-    src(f"scr = pypto.add({sc.name}, apr)")
-    _pto_set_tile(src, vec_tile((t_n + 1, width), 4, 64 * 1024))
-    src(f"rd = pypto.concat([{kv.name}, scr], -1)")
-    src(f"srcs = pypto.concat([rd, pypto.view({state_in.name}, [1, {width}], [0, 0])], 0)")
-    src(f"data = pypto.index_select(srcs, 0, pypto.reshape(widx, [{t_n}]))")
-    _pto_set_tile(src, col)
-    src(f"ridx = pypto.reshape(pypto.cast(eff, {_PTO_I32}), [1, {t_n}])")
+    # the winner of token t: the last valid token with t's row (−1: none), and its ape row
+    src(f"mc = pypto.eq(pypto.expand_clone(effc, [{t_n}, {t_n}]), pypto.expand_clone(rowvr, [{t_n}, {t_n}]))")
+    src(f"winc = pypto.amax(pypto.where(mc, pypto.expand_clone(tidr, [{t_n}, {t_n}]), -1.0), -1, keepdim=True)")
+    _pto_set_tile(src, [t_n, 8])
+    src("wc = pypto.maximum(winc, 0.0)")
+    src("hasw = pypto.ge(winc, 0.0)")
+    src(f"wci = pypto.cast(wc, {_PTO_I32})")
+    _pto_set_tile(src, sq)
+    src(f"awc = pypto.gather(pypto.expand_clone(amodr, [{t_n}, {t_n}]), 1, wci)")
+    _pto_set_tile(src, [t_n, 8])
+    src(f"awi = pypto.cast(awc, {_PTO_I32})")
+    _pto_set_tile(src, [max(t_n, 8)])
+    src(f"widx = pypto.reshape(wci, [{t_n}])")
+    src(f"aidx = pypto.reshape(awi, [{t_n}])")
+    _pto_set_tile(src, [1, max(t_n, 8)])
+    src(f"ridx = pypto.cast(effr, {_PTO_I32})")
     # A scatter_update tile spans whole rows and is staged through UB, and one whose source rows span several
-    # tiles keeps only one tile's rows after ExpandFunction (pass-verify FAILS): chained calls of ≤ 64 KiB of
+    # tiles keeps only one tile's rows after ExpandFunction (pass-verify FAILS): chained calls of ≤ 32 KiB of
     # rows, each source in one tile (duplicates carry identical data, so the chunking cannot reorder a result).
-    chunk = max(1, min(t_n, (64 * 1024) // (width * 4)))
+    # Their row indices are the rows of an [calls, rows] tensor (a view of fewer than 8 i32 at an offset that is
+    # not a multiple of 8 goes through GM).
+    # A token's row data is its winner's [kv | score + ape[pos % r]], else (no valid token writes its row: an
+    # invalid token, row 0) state_in[0].
+    chunk = max(1, min(t_n, (32 * 1024) // (width * 4)))
+    src(f"pypto.set_vec_tile_shapes(1, {out_dim})")
+    src(f"fbk = pypto.view({state_in.name}, [1, {out_dim}], [0, 0])")
+    src(f"fbs = pypto.view({state_in.name}, [1, {out_dim}], [0, {out_dim}])")
+    by_rows = chunk % 8 != 0 and t_n % chunk == 0
+    if by_rows:
+        _pto_set_tile(src, [t_n // chunk, 8])
+        src(f"ridx = pypto.reshape(ridx, [{t_n // chunk}, {chunk}])")
+
+    def chunk_rows(a: int, n: int) -> str:
+        at = f"[{a // chunk}, 0]" if by_rows else f"[0, {a}]"
+        return f"pypto.view(ridx, [1, {n}], {at})"
+
     cur = state.name  # in place: the state output starts as state_in (the caller passes one buffer)
     for a in range(0, t_n, chunk):
         n = min(chunk, t_n - a)
-        _pto_set_tile(src, [1, max(n, 8)])
-        src(f"ri = pypto.view(ridx, [1, {n}], [0, {a}])")
+        _pto_set_tile(src, [max(n, 8)])
+        src(f"wi = pypto.view(widx, [{n}], [{a}])")
+        src(f"ai = pypto.view(aidx, [{n}], [{a}])")
+        _pto_set_tile(src, [n, out_dim])
+        src(f"hw = pypto.view(hasw, [{n}, 1], [{a}, 0])")
+        src(f"kvw = pypto.where(hw, pypto.index_select({kv.name}, 0, wi), fbk)")
+        src(f"scw = pypto.where(hw, pypto.add(pypto.index_select({sc.name}, 0, wi), "
+            f"pypto.index_select({ape.name}, 0, ai)), fbs)")
         _pto_set_tile(src, [n, width])
-        call = f"pypto.scatter_update({cur}, -2, ri, pypto.view(data, [{n}, {width}], [{a}, 0]))"
+        src("dat = pypto.concat([kvw, scw], -1)")
+        call = f"pypto.scatter_update({cur}, -2, {chunk_rows(a, n)}, dat)"
         if a + n < t_n:
             src(f"st{a} = {call}")
             cur = f"st{a}"
         else:
             src(f"{state.name}[:] = {call}")
+    _pto_scope(src, -1)
     _pto_pool_windows(src, spec)
     return src.text()
 
 
+def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
+    """Every token's state row (`row` = table[t // seq, (p // BS) % pages]·BS + p % BS with p = max(pos, 0)),
+    validity (pos ≥ 0 and the page mapped), `rowvr` (row, else −1), `effr` (row, else 0), `amodr` (p % r) and
+    `tidr` (t), as f32 rows [1, T]."""
+    table, pos = spec.operands[4:6]
+    ratio, bs, seq = int(spec.attrs["ratio"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+    batch, pages = table.shape
+    t_n = pos.shape[0]
+    _pto_arange(src, t_n, "tidr")
+    _pto_set_tile(src, [batch, max(pages, 8)])
+    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
+    _pto_set_tile(src, [1, max(batch * pages, 8)])
+    src(f"tabf = pypto.reshape(tbf, [1, {batch * pages}])")
+    _pto_set_tile(src, [max(t_n, 8)])
+    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
+    _pto_set_tile(src, [1, max(t_n, 8)])
+    src(f"pfr = pypto.reshape(pf1, [1, {t_n}])")
+    src("pc = pypto.maximum(pfr, 0.0)")
+    src(f"pq = {_pto_floor('pc', bs)}")
+    src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
+    src(f"prem = pypto.sub(pc, pypto.mul(pq, {float(bs)!r}))")
+    src(f"amodr = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
+    src(f"fidx = pypto.cast(pypto.add(pypto.mul({_pto_floor('tidr', seq)}, {float(pages)!r}), pcol), {_PTO_I32})")
+    src("pg = pypto.gather(tabf, 1, fidx)")
+    src("ok = pypto.where(pypto.ge(pfr, 0.0), pypto.where(pypto.ge(pg, 0.0), 1.0, 0.0), 0.0)")
+    src(f"row = pypto.add(pypto.mul(pg, {float(bs)!r}), prem)")
+    src("rowvr = pypto.where(pypto.ge(ok, 0.5), row, -1.0)")
+    src("effr = pypto.where(pypto.ge(ok, 0.5), row, 0.0)")
+
+
 def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
-    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: reads its `pf1` (f32 positions [T]),
-    `tbf` (f32 table [B, pages]) and the written state."""
+    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: every request's window rows and their
+    validity (one forced subgraph), then `_PtoPool` per chunk of channels."""
     table = spec.operands[4]
     ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
     overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
     batch, pages = table.shape
     rows = (2 if overlap else 1) * ratio
-    # ---- per request: pooling token, entry, window rows
+    # ---- per request: pooling token, entry, window rows (one forced subgraph)
+    _pto_scope(src, 2)
+    pos = spec.operands[5]
+    _pto_set_tile(src, [batch, max(pages, 8)])
+    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
+    _pto_set_tile(src, [max(pos.shape[0], 8)])
+    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
     _pto_set_tile(src, [batch, max(seq, 8)])
     src(f"pb = pypto.reshape(pf1, [{batch}, {seq}])")
     src("m1 = pypto.add(pb, 1.0)")
@@ -500,138 +562,241 @@ def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
         f"[{batch}, {rows}]), 0.0), 0.0)")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src(f"widx2 = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
-    _pto_set_tile(src, [batch, max(rows, 8)])
+    # the same, slot-major ([rows, B]): the layout of the pool's sums
+    _pto_set_tile(src, [max(rows, 8), max(batch, 8)])
+    src("widxt = pypto.transpose(widx2, 0, 1)")
+    src("wokt = pypto.transpose(wok, 0, 1)")
+    _pto_set_tile(src, [batch, rows, 8])
     src(f"ok3 = pypto.reshape(wok, [{batch}, {rows}, 1])")
-    # ---- the pool: groups of requests, each its own forced subgraph (independent: they run side by side)
+    _pto_set_tile(src, [rows, batch, 8])
+    src(f"okt3 = pypto.reshape(wokt, [{rows}, {batch}, 1])")
+    _pto_scope(src, -1)
+    # ---- the pool (see _PtoPool)
     halves = [(0, ratio, 0), (ratio, ratio, hd)] if overlap else [(0, ratio, 0)]
-    nb = _pto_pool_group(batch, rows * hd)
-    for b0 in range(0, batch, nb):
-        _pto_scope(src, 1 + b0 // nb)
-        _pto_pool_group_emit(src, spec, b0, nb, halves)
+    pool = _PtoPool(src, spec, halves)
+    cd = _pto_pool_chunk(batch, hd, _PTO_POOL_DEN_SLAB_ELEMS if rows >= _PTO_POOL_SPLIT_ROWS else
+                         _PTO_POOL_SLAB_ELEMS)
+    cp = _pto_pool_chunk(batch, cd, _PTO_POOL_SLAB_ELEMS)
+    scope = 3
+    for d0 in range(0, hd, cd):
+        _pto_scope(src, scope)
+        mx, nd = pool.max_den(d0, cd, f"{d0 // cd}")
+        for p0 in range(d0, d0 + cd, cp):
+            if cp < cd:  # each Σ kv·w chunk its own subgraph
+                _pto_scope(src, -1)
+                scope += 1
+                _pto_scope(src, scope)
+            pool.weighted_sum(p0, cp, mx, nd, p0 - d0, keep_e=cp == cd)
         _pto_scope(src, -1)
+        scope += 1
 
 
-_PTO_POOL_GROUP_ELEMS = 1 << 14   # window elements per pool subgraph (at least; groups of requests)
-_PTO_POOL_BLOCK_ELEMS = 8192      # window elements per block [nb, k, HD] (32 KiB of f32)
+_PTO_POOL_DEN_SLAB_ELEMS = 8192  # elements of one [1, B, c] slab of the row max and den (32 KiB of f32)
+_PTO_POOL_SPLIT_ROWS = 32        # windows from this many rows run max + den on wider slabs than Σ kv·w (a short
+                                 # window saves less than the extra subgraph and read-back cost)
+_PTO_POOL_SLAB_ELEMS = 4096      # the same for Σ kv·w (16 KiB: its subgraph holds six slabs at once)
+_PTO_POOL_BLOCK_ELEMS = 4096     # elements of one block of window rows read at once for the sums ([k, B, c])
+_PTO_POOL_MAX_ELEMS = 8192       # the same for the row max ([1, k, c]: few live tensors)
+_PTO_POOL_MASK_ELEMS = 512       # (request, row) validity flags read into UB at once ([.., 1] f32: 32 bytes each)
 
 
-def _pto_pool_group(batch: int, window: int) -> int:
-    """Requests per pool subgraph: doubled (dividing the batch) until the group's windows hold
-    _PTO_POOL_GROUP_ELEMS elements. Flash TP4 cost-model µs (span / busy): HCA r=128, one request per subgraph
-    54 / 341 (32 subgraphs of half the channels: 54 / 514, the adds of the sums cost per row, not per element);
-    CSA r=4, 4 subgraphs: 48 / 106 (16: 48 / 120)."""
-    nb = 1
-    while nb * window < _PTO_POOL_GROUP_ELEMS and batch % (2 * nb) == 0:
-        nb *= 2
-    return nb
+def _pto_pool_chunk(batch: int, hd: int, slab: int) -> int:
+    """Channels per pool subgraph: the largest divisor of `hd` (a multiple of 8, or `hd`) whose [1, B, c] slab
+    holds at most `slab` elements."""
+    cap = max(8, slab // max(batch, 1))
+    return next((c for c in range(min(hd, cap), 0, -1) if hd % c == 0 and (c % 8 == 0 or c == hd)), hd)
 
 
-def _pto_pool_group_emit(src: Src, spec: KernelSpec, b0: int, nb: int, halves) -> None:
-    """pooled[b0:b0+nb] from the written state, the window rows `widx2` [B, rows] and their validity `ok3`
-    [B, rows, 1] (0 for every row of a request without an entry: its pool is then Σ 0·w = 0, the reference's
-    zero row). The windows are read in blocks of k rows by `index_select` from the state (the front / back
-    column halves of the ratio-4 overlap: a block never straddles them) in three passes: the row max
-    (order-free), den = Σ_rows e with e = exp(masked score − max), then Σ_rows kv·(e / den). Both sums add
-    [nb, 1, HD] rows one after another: numpy's axis-0 order, so bitwise the reference's up to the calculator's
-    exp. A block is gathered again per pass (a gather costs next to nothing in the cost model, a kept block UB);
-    a window of one block keeps its e."""
-    state, pooled = spec.results
-    out_dim = spec.operands[0].shape[1]
-    hd = pooled.shape[1]
-    rows = sum(n for _a, n, _c in halves)
-    k = max(1, min(rows, _PTO_POOL_BLOCK_ELEMS // (nb * hd)))
-    blocks = [(r0, min(k, a + n - r0), c) for a, n, c in halves for r0 in range(a, a + n, k)]
-    one = len(blocks) == 1
-    slab = f"[{nb}, 1, {hd}]"
-    src(f"pypto.set_vec_tile_shapes({nb}, {max(rows, 8)}, 8)")
-    src(f"okg = pypto.ge(pypto.view(ok3, [{nb}, {rows}, 1], [{b0}, 0, 0]), 0.5)")
+def _pto_groups(blocks, size: int):
+    """Consecutive runs of `blocks` ((r0, n, col), rows ascending) covering at least `size` rows each (the last
+    may be shorter): (first row, rows, blocks)."""
+    run: list = []
+    for blk in blocks:
+        run.append(blk)
+        if sum(n for _r, n, _c in run) >= size:
+            yield run[0][0], sum(n for _r, n, _c in run), run
+            run = []
+    if run:
+        yield run[0][0], sum(n for _r, n, _c in run), run
 
-    def gather(r0: int, n: int, col: int, name: str) -> None:
-        src(f"pypto.set_vec_tile_shapes({nb}, {n}, {hd})")
-        src(f"{name} = pypto.index_select(pypto.view({state.name}, [{state.shape[0]}, {hd}], [0, {col}]), 0, "
-            f"pypto.view(widx2, [{nb}, {n}], [{b0}, {r0}]))")
 
-    def masked_score(r0: int, n: int, c: int) -> None:
-        gather(r0, n, out_dim + c, "sb")
-        src(f"msb = pypto.where(pypto.view(okg, [{nb}, {n}, 1], [0, {r0}, 0]), sb, {_PTO_NEG!r})")
+class _PtoPool:
+    """Emitter of the pool of cmp_scatter_softmax_pool from the written state, the window rows `widx2` [B, rows] /
+    `widxt` [rows, B] and their validity `ok3` [B, rows, 1] / `okt3` [rows, B, 1] (0 for every row of a request
+    without an entry: its pool is then Σ 0·w = 0, the reference's zero row), over a chunk of c channels. Rows are
+    read by `index_select` from the state (the front / back column halves of the ratio-4 overlap: a block never
+    straddles them) and masked (kv 0 / score FP32_NEG_INF); the flags are read a few hundred at a time (a copy-in
+    costs ~1.4 k cycles, a [.., 1] tensor pads to 32 bytes per flag in UB).
+    1. The row max (order-free) per request: [1, k, c] blocks reduced over the rows (cheap in the cost model),
+       concatenated to mx [1, B, c].
+    2. den = Σ_rows e with e = exp(masked score − mx), 3. Σ_rows kv·(e / den): [k, B, c] blocks (slot-major) whose
+       rows are [1, B, c] slabs, so every add of the row sums covers all requests at once (a [B, 1, c] view of a
+       request-major block costs one op per request). Both sums run row after row like numpy's axis-0 sum, as
+       subtractions of negated sums (−(−a − b) = a + b exactly; a SUB costs ~¾ of an ADD in the cost model):
+       nd = −den, q = e / nd = −w, t = kv·q = −kv·w, pw = pw − t. Bitwise the reference's up to the calculator's
+       exp. A block is gathered again per pass (a gather costs next to nothing in the cost model, a kept block
+       UB); a window of one block keeps its e. Steps 1–2 and 3 may run on different chunks (3 needs twice the
+       live slabs): 3 then reads mx and nd back once."""
 
-    def add_rows(acc: str, terms: str, r0: int, n: int) -> None:
-        src(f"pypto.set_vec_tile_shapes({nb}, 1, {hd})")
+    def __init__(self, src: Src, spec: KernelSpec, halves):
+        self.src, self.halves = src, halves
+        self.state, self.pooled = spec.results
+        self.out_dim = spec.operands[0].shape[1]
+        self.batch = self.pooled.shape[0]
+        self.rows = sum(n for _a, n, _c in halves)
+
+    def blocks(self, k: int):
+        return [(r0, min(k, a + n - r0), col) for a, n, col in self.halves for r0 in range(a, a + n, k)]
+
+    def cols(self, c0: int, c: int, col: int) -> str:
+        return f"pypto.view({self.state.name}, [{self.state.shape[0]}, {c}], [0, {col + c0}])"
+
+    def max_den(self, c0: int, c: int, tag: str) -> tuple[str, str]:
+        """Steps 1 and 2 for channels [c0, c0 + c): returns the names of mx and nd ([1, B, c])."""
+        src, batch, rows = self.src, self.batch, self.rows
+        maxes = []
+        group = max(1, min(batch, _PTO_POOL_MASK_ELEMS // rows))
+        mblocks = self.blocks(max(1, min(rows, _PTO_POOL_MAX_ELEMS // c)))
+        for b in range(batch):
+            if b % group == 0:
+                g = min(group, batch - b)
+                src(f"pypto.set_vec_tile_shapes({g}, {rows}, 8)")
+                src(f"okr = pypto.ge(pypto.view(ok3, [{g}, {rows}, 1], [{b}, 0, 0]), 0.5)")
+            parts = []
+            for j, (r0, n, col) in enumerate(mblocks):
+                src(f"pypto.set_vec_tile_shapes(1, {n}, {c})")
+                src(f"sb = pypto.index_select({self.cols(c0, c, self.out_dim + col)}, 0, "
+                    f"pypto.view(widx2, [1, {n}], [{b}, {r0}]))")
+                src(f"msb = pypto.where(pypto.view(okr, [1, {n}, 1], [{b % group}, {r0}, 0]), sb, {_PTO_NEG!r})")
+                src(f"mb{j} = pypto.amax(msb, 1, keepdim=True)")
+                parts.append(f"mb{j}")
+            if len(parts) == 1:
+                src(f"mr{b} = mb0")
+            else:  # one amax over the block maxima (a chain of `maximum` costs ~20× an add in the cost model)
+                src(f"pypto.set_vec_tile_shapes(1, {len(parts)}, {c})")
+                src(f"mr{b} = pypto.amax(pypto.concat([{', '.join(parts)}], 1), 1, keepdim=True)")
+            maxes.append(f"mr{b}")
+        mx, nd = f"mx{tag}", f"nd{tag}"
+        src(f"pypto.set_vec_tile_shapes(1, {batch}, {c})")
+        src(f"{mx} = {maxes[0]}" if batch == 1 else f"{mx} = pypto.concat([{', '.join(maxes)}], 1)")
+        self.mx = mx
+        for g0, g, run in self._groups(c):
+            self._flags(g0, g)
+            for r0, n, col in run:
+                self._exp_score(c0, c, r0, n, col, self._ok(g0, r0, n))
+                self._sub_rows(nd, "eb", c, r0, n)
+        return mx, nd
+
+    def weighted_sum(self, c0: int, c: int, mx: str, nd: str, off: int, keep_e: bool) -> None:
+        """Step 3 for channels [c0, c0 + c) (columns [off, off + c) of mx and nd) into pooled; `keep_e`: in the
+        subgraph of steps 1–2 (a window of one block reuses their e)."""
+        src, batch = self.src, self.batch
+        if not keep_e:  # read back once (a product by 1 is a copy; an op on the GM view copies it in per use)
+            src(f"pypto.set_vec_tile_shapes(1, {batch}, {c})")
+            src(f"mxc = pypto.mul(pypto.view({mx}, [1, {batch}, {c}], [0, 0, {off}]), 1.0)")
+            src(f"ndc = pypto.mul(pypto.view({nd}, [1, {batch}, {c}], [0, 0, {off}]), 1.0)")
+            mx, nd = "mxc", "ndc"
+        self.mx = mx
+        groups = list(self._groups(c))
+        one = keep_e and len(groups) == 1 and len(groups[0][2]) == 1
+        for g0, g, run in groups:
+            if not one:
+                self._flags(g0, g)
+            for r0, n, col in run:
+                cond = self._ok(g0, r0, n)
+                if not one:  # the flags broadcast once for both masks
+                    src(f"pypto.set_vec_tile_shapes({n}, {batch}, {c})")
+                    src(f"okb = pypto.expand_clone({cond}, [{n}, {batch}, {c}])")
+                    cond = "okb"
+                    self._exp_score(c0, c, r0, n, col, cond)
+                src(f"pypto.set_vec_tile_shapes({n}, {batch}, {c})")
+                src(f"qb = pypto.div(eb, {nd})")
+                self._gather(c0, c, r0, n, col, "kb")
+                src(f"tb = pypto.mul(pypto.where({cond}, kb, 0.0), qb)")
+                self._sub_rows("pw", "tb", c, r0, n)
+        src(f"pypto.set_vec_tile_shapes({batch}, {c})")
+        src(f"pypto.assemble(pypto.reshape(pw, [{batch}, {c}]), [0, {c0}], {self.pooled.name})")
+
+    def _groups(self, c: int):
+        k = max(1, min(self.rows, _PTO_POOL_BLOCK_ELEMS // (self.batch * c)))
+        return _pto_groups(self.blocks(k), max(1, _PTO_POOL_MASK_ELEMS // self.batch))
+
+    def _gather(self, c0: int, c: int, r0: int, n: int, col: int, name: str) -> None:
+        self.src(f"pypto.set_vec_tile_shapes({n}, {self.batch}, {c})")
+        self.src(f"{name} = pypto.index_select({self.cols(c0, c, col)}, 0, "
+                 f"pypto.view(widxt, [{n}, {self.batch}], [{r0}, 0]))")
+
+    def _flags(self, g0: int, g: int) -> None:
+        self.src(f"pypto.set_vec_tile_shapes({g}, {self.batch}, 8)")
+        self.src(f"okc = pypto.ge(pypto.view(okt3, [{g}, {self.batch}, 1], [{g0}, 0, 0]), 0.5)")
+
+    def _ok(self, g0: int, r0: int, n: int) -> str:
+        return f"pypto.view(okc, [{n}, {self.batch}, 1], [{r0 - g0}, 0, 0])"
+
+    def _exp_score(self, c0: int, c: int, r0: int, n: int, col: int, cond: str) -> None:
+        self._gather(c0, c, r0, n, self.out_dim + col, "sb")
+        self.src(f"msb = pypto.where({cond}, sb, {_PTO_NEG!r})")
+        self.src(f"eb = pypto.exp(pypto.sub(msb, {self.mx}))")
+
+    def _sub_rows(self, acc: str, terms: str, c: int, r0: int, n: int) -> None:
+        self.src(f"pypto.set_vec_tile_shapes(1, {self.batch}, {c})")
         for i in range(n):
-            row = f"pypto.view({terms}, {slab}, [0, {i}, 0])"
-            src(f"{acc} = {row}" if r0 + i == 0 else f"{acc} = pypto.add({acc}, {row})")
-
-    maxes = []
-    for j, (r0, n, c) in enumerate(blocks):
-        masked_score(r0, n, c)
-        src(f"mb{j} = pypto.amax(msb, 1, keepdim=True)")
-        maxes.append(f"mb{j}")
-    if one:
-        src("mx = mb0")
-    else:  # one amax over the block maxima (a chain of `maximum` costs ~20× an add in the cost model)
-        src(f"pypto.set_vec_tile_shapes({nb}, {len(blocks)}, {hd})")
-        src(f"mx = pypto.amax(pypto.concat([{', '.join(maxes)}], 1), 1, keepdim=True)")
-    for r0, n, c in blocks:
-        if not one:
-            masked_score(r0, n, c)
-        src("eb = pypto.exp(pypto.sub(msb, mx))")
-        add_rows("den", "eb", r0, n)
-    for r0, n, c in blocks:
-        if not one:
-            masked_score(r0, n, c)
-            src("eb = pypto.exp(pypto.sub(msb, mx))")
-        gather(r0, n, c, "kb")
-        src(f"kvb = pypto.where(pypto.view(okg, [{nb}, {n}, 1], [0, {r0}, 0]), kb, 0.0)")
-        src("tb = pypto.mul(kvb, pypto.div(eb, den))")
-        add_rows("pw", "tb", r0, n)
-    src(f"pypto.set_vec_tile_shapes({nb}, {hd})")
-    src(f"pypto.assemble(pypto.reshape(pw, [{nb}, {hd}]), [{b0}, 0], {pooled.name})")
+            row = f"pypto.view({terms}, [1, {self.batch}, {c}], [{i}, 0, 0])"
+            self.src(f"{acc} = pypto.mul({row}, -1.0)" if r0 + i == 0 else f"{acc} = pypto.sub({acc}, {row})")
 
 
-def _pto_finish_y(src: Src, spec: KernelSpec, loop: RowLoop, blk: _PtoBlock) -> str:
-    """Emit y = rope((pooled · inv) · norm_w) for the block (f32 [br, HD]) as `y`; returns the wide tile."""
+_PTO_FINISH_ROWS = 16   # pooled rows per forced subgraph of the finish templates (whole blocks, then single rows)
+
+
+def _pto_finish_blocks(src: Src, pooled):
+    """The row blocks of the finish templates (`_pto_block_loops`: whole blocks of up to _PTO_FINISH_ROWS rows,
+    then single rows): yields (block rows, row offset expression)."""
+    rows = _PTO_FINISH_ROWS if pooled.is_dynamic(0) else max(1, min(_PTO_FINISH_ROWS, pooled.shape[0]))
+    yield from _pto_block_loops(src, pooled, rows)
+
+
+def _pto_finish_y(src: Src, spec: KernelSpec, r: int, r0: str) -> tuple[str, str]:
+    """y = rope((pooled · inv) · norm_w) (f32) of the r rows at r0 with the rank-2 row-norm helpers of
+    kernels.qkv (numpy's pairwise mean order; the pair swap by transposes): returns the expressions of its
+    nope part [r, HD − rd] (None without one) and rope part [r, rd]."""
     pooled, norm_w, cos_il, sin_signed = spec.operands[:4]
-    br, hd = blk.rows, pooled.shape[1]
-    rd = cos_il.shape[1]
+    hd, rd = pooled.shape[1], cos_il.shape[1]
     nope = hd - rd
     eps = float(spec.attrs.get("eps", 1e-6))
-    wide = vec_tile((br, hd), 4)
-    _pto_set_tile(src, wide)
-    src(f"x = {loop.view(pooled)}")
-    _pto_inv_rms(blk, "x", [br], hd, eps, "inv", wide)
-    src(f"wn = {cast_expr(f'pypto.reshape({norm_w.name}, [1, {hd}])', norm_w.dtype, 'f32')}")
-    src("yn = pypto.mul(pypto.mul(x, inv), wn)")
-    src(f"rp = {blk.sub('yn', [br], [0, nope], rd)}")
-    _pto_rope(blk, "rp", [br], rd, cos_il, sin_signed, "ro", wide)
-    if nope:
-        src(f"y = pypto.concat([{blk.sub('yn', [br], [0, 0], nope)}, ro], -1)")
-    else:
-        src("y = ro")
-    return wide
+    _pto_rms_norm_block(src, pooled, norm_w, r, r0, eps, "yn")
+    src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+    for name, t in (("cb", cos_il), ("sb", sin_signed)):
+        src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
+    src(f"rp = pypto.view(yn, [{r}, {rd}], [0, {nope}])")
+    _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+    return (f"pypto.view(yn, [{r}, {nope}], [0, 0])" if nope else None), "ro"
 
 
 def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
-    """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise)."""
+    """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise).
+    Blocks of whole rows, each one forced subgraph of rank-2 math (flash TP4 cost model, CSA inner: 42.6 →
+    6.3 µs)."""
     pooled = spec.operands[0]
     out = spec.results[0]
     src = Src(spec.signature())
-    loop = RowLoop(src, pooled, row_block(spec, default=16))
-    blk = _PtoBlock(loop, pooled)
-    with loop.loop():
-        _pto_scope(src, 1)  # the norm + RoPE chain of tiny ops as one fused vector subgraph (76 k → 41 k cycles)
-        _pto_finish_y(src, spec, loop, blk)
-        loop.store("y", out)
+    for r, r0 in _pto_finish_blocks(src, pooled):
+        _pto_scope(src, 1)
+        nope, ro = _pto_finish_y(src, spec, r, r0)
+        width = pooled.shape[1] - spec.operands[2].shape[1]
+        if nope:  # a view of a subgraph's tensor stored as is would be its own task (· 1: an exact copy)
+            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(width)})")
+            src(f"pypto.assemble(pypto.mul({nope}, 1.0), [{r0}, 0], {out.name})")
+        src(f"pypto.assemble({ro}, [{r0}, {width}], {out.name})")
         _pto_scope(src, -1)
     return src.text()
 
 
-def _pto_store_rows(src: Src, spec: KernelSpec, blk: _PtoBlock, positions, slots, stores) -> None:
-    """For every request row of the block: if it pooled an entry (first (pos+1) % r == 0 token) whose slot is
+def _pto_store_rows(src: Src, spec: KernelSpec, n: str, r0: str, positions, slots, stores) -> None:
+    """For each of the n request rows at r0: if it pooled an entry (first (pos+1) % r == 0 token) whose slot is
     mapped, `stores(row_index, slot)` emits the row writes (inside the `if`)."""
     seq, ratio = int(spec.attrs["seq"]), int(spec.attrs["ratio"])
-    n = "valid" if blk.partial else str(blk.rows)
     with src.block(f'for i in pypto.loop(0, {n}, 1, name="store_loop", idx_name="i"):'):
-        src(f"b = {blk.r0} + i")
+        src(f"b = {r0} + i")
         has, tsel, _psel = _pto_pool_token(src, positions.name, "b", seq, ratio)
         src(f"slot = {slots.name}[{tsel}]")
         with src.block(f"if pypto.min({has} - 1, slot) >= 0:"):
@@ -640,25 +805,25 @@ def _pto_store_rows(src: Src, spec: KernelSpec, blk: _PtoBlock, positions, slots
 
 def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     """y as cmp_rmsnorm_rope, rounded to the cache dtype, then per request: row b stored at
-    slot_mapping[pooling token] when the request pooled an entry and the slot is mapped."""
+    slot_mapping[pooling token] when the request pooled an entry and the slot is mapped (flash TP4 cost model:
+    48.5 → 10.3 µs; the row stores do not run on the zero inputs of the cost model)."""
     pooled, _w, _c, _s, _cache_in, slots, pos = spec.operands
     cache = spec.results[0]
     hd = pooled.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, pooled, row_block(spec, default=16))
-    blk = _PtoBlock(loop, pooled)
-    with loop.loop():
+    for r, r0 in _pto_finish_blocks(src, pooled):
         _pto_scope(src, 1)
-        wide = _pto_finish_y(src, spec, loop, blk)
-        src(f"yb = {cast_expr('y', 'f32', cache.dtype)}")
+        nope, ro = _pto_finish_y(src, spec, r, r0)
+        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(hd)})")
+        y = f"pypto.concat([{nope}, {ro}], -1)" if nope else ro
+        src(f"yb = {cast_expr(y, 'f32', cache.dtype)}")
         _pto_scope(src, -1)
         _pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
 
         def store(i, slot):
             src(f"pypto.assemble(pypto.clone(pypto.view(yb, [1, {hd}], [{i}, 0])), [{slot}, 0], {cache.name})")
 
-        _pto_store_rows(src, spec, blk, pos, slots, store)
-        _pto_set_tile(src, wide)
+        _pto_store_rows(src, spec, str(r), r0, pos, slots, store)
     return src.text()
 
 
@@ -711,7 +876,7 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
             src(f"sv = pypto.reshape(pypto.clone(pypto.view(ks, [1, 1], [{i}, 0])), [1])")
             src(f"pypto.assemble(sv, [{slot}], {scale.name})")
 
-        _pto_store_rows(src, spec, blk, pos, slots, store)
+        _pto_store_rows(src, spec, "valid" if blk.partial else str(blk.rows), blk.r0, pos, slots, store)
     return src.text()
 
 

@@ -54,20 +54,17 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
-                      round_up, row_block, vec_tile)
+                      ceil_div, round_up, row_block, vec_tile)
 
 _PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
 
-def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
-    """`set_cube_tile_shapes` for the O projections' [m,k]·[k,n]: output tiles of up to 128 × 256, the L0 k
-    tile as large as L0B allows, and an L1 k tile of up to 1024 (as many L0 k steps as the A and B slices fit in
-    L1). In pypto 0.2.0's cost model every L1 k step costs a fixed reload, so the deep L1 tile halves the cube
-    time (flash TP4 o_proj_a 90 → 45 µs, o_proj_b 60 → 33 µs against `cube_shapes`)."""
+def _pto_cube_tiles(m: int, k: int, n: int, dtype: str, tm_cap: int = 128, tn_cap: int = 256):
+    """(tm, tk, tk1, tn) of `_pto_cube_shapes` with output tiles of up to tm_cap × tn_cap."""
     item = ITEMSIZE[dtype]
     align = 32 if item == 1 else 16
-    tm = min(128, round_up(max(m, 1), 16))
-    tn = min(256, round_up(max(n, 1), align))
+    tm = min(tm_cap, round_up(max(m, 1), 16))
+    tn = min(tn_cap, round_up(max(n, 1), align))
     while tm * tn * 4 > L0C_BYTES and tn > align:
         tn //= 2
     tk = min(256, round_up(max(k, 1), align))
@@ -76,7 +73,42 @@ def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
     tk1 = tk
     while tk1 * 2 <= min(1024, round_up(k, tk)) and (tm + tn) * tk1 * 2 * item <= _PTO_L1_BYTES:
         tk1 *= 2
+    return tm, tk, tk1, tn
+
+
+def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
+    """`set_cube_tile_shapes` for the O projections' [m,k]·[k,n]: output tiles of up to 128 × 256, the L0 k
+    tile as large as L0B allows, and an L1 k tile of up to 1024 (as many L0 k steps as the A and B slices fit in
+    L1). In pypto 0.2.0's cost model every L1 k step costs a fixed reload, so the deep L1 tile halves the cube
+    time (flash TP4 o_proj_a 90 → 45 µs, o_proj_b 60 → 33 µs against `cube_shapes`)."""
+    return _pto_cube_args(*_pto_cube_tiles(m, k, n, dtype))
+
+
+def _pto_cube_args(tm: int, tk: int, tk1: int, tn: int) -> str:
     return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
+
+
+_PTO_CUBE_CORES = 24
+_PTO_COPY_IN_CYCLES = 1400   # cost model: fixed cycles of one copy into L1 / UB ...
+_PTO_COPY_IN_BYTES = 95      # ... plus a byte per this many ... (bytes / cycle)
+
+
+def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1) -> str:
+    """`_pto_cube_shapes` with the output tile chosen for the whole kernel: each of the `matmuls` products
+    [m,k]·[k,n] runs one pypto task per output tile, and a task's time is its L1 copies (a fixed cost each, then
+    bandwidth: the A and B slices of every L1 k step), so the tile minimising waves × task time over the cube
+    cores wins (smaller tiles than 128 × 256 when that leaves cores idle; kernels.compressor's
+    kv_score_proj)."""
+    item = ITEMSIZE[dtype]
+
+    def time(tiles):
+        tm, _tk, tk1, tn = tiles
+        tasks = matmuls * ceil_div(m, tm) * ceil_div(n, tn)
+        copy = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
+        return ceil_div(tasks, _PTO_CUBE_CORES) * copy, tasks
+
+    options = {_pto_cube_tiles(m, k, n, dtype, tm_cap, tn_cap) for tm_cap in (128, 64, 32) for tn_cap in (256, 128, 64)}
+    return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
 
 
 def pypto_o_proj_a(spec: KernelSpec) -> str:
@@ -141,27 +173,41 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     return src.text()
 
 
-_PTO_DEQUANT_ROWS = 128  # rows per loop iteration, ≤ 64 KiB tiles (flash: 123 → ~46 µs in the cost model)
+_PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
+_PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
+    """acc = Σ_g f32(acc_g)·s_g (groups ascending), then acc·wo_b_scale, rounded to the output dtype. One forced
+    subgraph per block of rows, as many blocks as vector cores (each pypto task costs dispatch and ~1.4 k
+    cycles per copy-in, so a block reads its activation scales once as a column and wo_b_scale once; the columns
+    come from reshapes of the block's views: reshaping the parameters in place kept the block's tiles from
+    merging into one task); ≤ 64 KiB tiles of whole rows inside (flash TP4 cost model: 128 → 43 tasks, 46.3 →
+    16.7 µs)."""
     sw, *parts = spec.operands
     out = spec.results[0]
     rows, n = parts[0].shape
+    tile_rows = max(1, min(rows, _PTO_DEQUANT_TILE_BYTES // (4 * n)))
+    block = round_up(ceil_div(rows, _PTO_DEQUANT_CORES), tile_rows)
     src = Src(spec.signature())
-    loop = RowLoop(src, parts[0], _PTO_DEQUANT_ROWS)
+    loop = RowLoop(src, parts[0], block)
     br = loop.shape(parts[0])[0]
+    col = ", valid_shape=[valid, 1]" if loop.looped and loop.partial else ""
     with loop.loop():
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((br, n), 4, budget=64 * 1024)))})")
+        src("pypto.set_pass_options(sg_set_scope=1)")
+        for i in range(1, len(parts), 2):
+            src(f"pypto.set_vec_tile_shapes({round_up(br, 8)})")
+            src(f"v{i // 2} = {loop.view(parts[i])}")
+            src(f"pypto.set_vec_tile_shapes({br}, 8)")
+            src(f"s{i // 2} = pypto.reshape(v{i // 2}, [{br}, 1]{col})")
+        src(f"pypto.set_vec_tile_shapes({tile_rows}, {n})")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         for i in range(0, len(parts), 2):
-            acc, s = parts[i], parts[i + 1]
-            src(f"s{i // 2} = pypto.reshape({loop.view(s)}, [{br}, 1]"
-                + (", valid_shape=[valid, 1])" if loop.looped and loop.partial else ")"))
-            term = f"pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, s{i // 2})"
+            term = f"pypto.mul({cast_expr(loop.view(parts[i]), 'i32', 'f32')}, s{i // 2})"
             src(f"total = {term}" if i == 0 else f"total = pypto.add(total, {term})")
         src(f"y = {cast_expr('pypto.mul(total, swv)', 'f32', out.dtype)}")
         loop.store("y", out)
+        src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
 
 

@@ -153,11 +153,14 @@ def _edge_variants(base: dict) -> dict:
     table = job.inputs["state_block_table"].copy()
     table[:, 1] = -1
     out["edge:hca.scatter_softmax_pool"] = (task, _variant(task, job, state_block_table=table))
-    # the pool's paths the tiny shapes skip (one group of requests, one block per window half): one request per
-    # subgraph and several blocks per half (HCA: 4 blocks of 4 rows; CSA: 1-row blocks), same data
-    out["edge:hca.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_GROUP_ELEMS=1, _PTO_POOL_BLOCK_ELEMS=256))
+    # the pool's paths the tiny shapes skip (one channel chunk, one block per window half, one flag read): chunks
+    # of 16 channels, 1-row blocks of the sums, several blocks per request max (HCA: 4 of 4 rows; CSA: 2 of 2 per
+    # half), flags read for groups of requests / rows, same data
+    out["edge:hca.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=128, _PTO_POOL_BLOCK_ELEMS=64,
+                                                     _PTO_POOL_MASK_ELEMS=32))
     task, job = out["edge:cmp.scatter_softmax_pool"]
-    out["edge:cmp.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_GROUP_ELEMS=1, _PTO_POOL_BLOCK_ELEMS=64))
+    out["edge:cmp.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=128, _PTO_POOL_BLOCK_ELEMS=32,
+                                                     _PTO_POOL_MASK_ELEMS=32))
     # cache writes: the first pooling token's slot −1, the second's duplicated by the third (later request wins)
     for name, slot_param in (("csa:cmp.rmsnorm_rope_cache_write", "slot_mapping"),
                              ("csa:icmp.kv_and_cache_write", "slot_mapping")):

@@ -40,6 +40,11 @@ CASES = {
         "graph @k<T = 16>(%sw: f32[256], %a0: i32[T,256], %s0: f32[T], %a1: i32[T,256], %s1: f32[T]) {\n"
         "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = bf16, tile = [8, 256]} : bf16[T,256]\n"
         "  return %y\n}\n", make_inputs=_oproj_dequant_inputs),
+    # N = 2048: blocks of 8 rows in 64 KiB tiles of 8 rows, the last block partial (valid_shape), f32 partial
+    "o_proj_b_dequant_blocks": Case(
+        "graph @k<T = 20>(%sw: f32[2048], %a0: i32[T,2048], %s0: f32[T], %a1: i32[T,2048], %s1: f32[T]) {\n"
+        "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = f32, tile = [8, 256], tail = clamp} : f32[T,2048]\n"
+        "  return %y\n}\n", make_inputs=_oproj_dequant_inputs),
     "hc_pre_rms": Case("graph @k<T = 20>(%x: f32[T,4,256]) {\n"
                        "  %y = hc_pre_rms(%x) {tile = [8, 128], tail = clamp} : f32[T]\n  return %y\n}\n",
                        ulps=None, rel=2e-6),
