@@ -48,6 +48,14 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "sizes; before deterministic-split-k, whose reduce task takes its row tile from the split-K task's "
           "final tile. The cost model shows the seed's 16-row tiles re-streaming qr_proj's weight 8x "
           "(perf: qr_proj_matmul 138 -> 42 us, qproj_matmul 90 -> 60 us)"),
+    Entry("pool-fanout{requests=2}",
+          "with the other re-gridding passes, after tile-choice: it turns the compressor pool's one `pl.at` "
+          "block into an SPMD grid over request pairs (attributes only, edges unchanged), which no earlier pass "
+          "looks at; it must see the one-block form the layer builds"),
+    Entry("quant-workers{workers=24}",
+          "next to pool-fanout, for the same reason: the TP O path's one-block tp_o_a_quant tasks become 24 "
+          "cyclic workers over 8-row tiles (attributes only); before typed-gather, which rewires the O path's "
+          "exchange but never the quant tasks"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "

@@ -184,6 +184,9 @@ class CmpScatterSoftmaxPool(_CmpOp):
         expect_index_vector(pos, "positions", kv.shape[0])
         return [state, TensorType(F32, (table.shape[0], D.Const(attrs["head_dim"])))]
 
+    def tile_axes(self, ins, outs, attrs):
+        return [("requests", ins[4].shape[0])]     # requests per SPMD block (one `pl.at` block when untiled)
+
 
 # ---- finish --------------------------------------------------------------------------------------------------
 def _finish_operands(pooled: TensorType, norm_w: TensorType, cos: TensorType, sin: TensorType) -> None:
