@@ -6,12 +6,12 @@ module docstring (dsv4-math §6.2); the cost reasoning is in its template sectio
 from __future__ import annotations
 
 from ._pypto import RowLoop, Src, cast_expr, py_list
-from .qkv import _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile
+from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_sum, _pto_pairwise_tree, _pto_scope, _pto_set_tile
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
 _PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
-_PTO_QK_ROWS = 8         # tokens per loop iteration of one-tile-per-token partials (SWA, HCA raw window)
+_PTO_QK_ROWS = 4         # tokens per loop iteration of the window partials (SWA, HCA raw window): two pairs
 _PTO_CSA_QK_ROWS = 4     # the same for CSA's window + top-k tiles (5 per token: an iteration's graph is 5× larger)
 
 
@@ -20,18 +20,188 @@ def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELE
     return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
 
 
-def _pto_cube_wide(m: int, k: int, n: int) -> str:
+_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
+
+
+def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128) -> str:
     """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
     L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
-    steps), so wide tiles mean few tasks."""
-    tm = min(128, max(16, -(-m // 16) * 16))
+    steps), so wide tiles mean few tasks. `deep`: the L1 k tile as many L0 k steps as the A and B slices fit in
+    L1 (each L1 step is a fixed-latency reload from global memory in pypto's cost model); `tm_max`: up to 256
+    rows of m in one L0C tile."""
+    tm = min(tm_max, max(16, -(-m // 16) * 16))
     tn = min(512, max(16, -(-n // 16) * 16))
     while tm * tn * 4 > 128 * 1024 and tn > 16:
         tn //= 2
+    while tm * tn * 4 > 128 * 1024 and tm > 16:
+        tm //= 2
     tk = min(512, max(16, -(-k // 16) * 16))
     while (tm * tk * 2 > 64 * 1024 or tk * tn * 2 > 64 * 1024) and tk > 16:
         tk //= 2
-    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
+    tk1 = tk
+    while deep and tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 4 <= _PTO_L1_BYTES:
+        tk1 *= 2
+    return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
+
+
+def _pto_key_tile(heads: int, width: int) -> list[int]:
+    """The [width, H] tile of the key-major softmax: every key row (its reductions run over them), as many heads
+    as _PTO_TILE_ELEMS allows (a 32-byte last dim at least)."""
+    cols = heads if width * heads <= _PTO_TILE_ELEMS else _pto_divisor(heads, max(8, _PTO_TILE_ELEMS // width))
+    return [width, max(cols, 8)]
+
+
+def _pto_row_to_col(src: Src, row: str, n: int, col: str) -> None:
+    """`col` [n, 1] = the f32 [1, n] row `row` as a column: broadcast to [8, n], transposed, its first column
+    (inside the UB: a view of a row block, unlike a reshape of [1, n] to [n, 1])."""
+    _pto_set_tile(src, [8, max(n, 8)])
+    src(f"{col}8 = pypto.transpose(pypto.expand_clone({row}, [8, {n}]), 0, 1)")
+    _pto_set_tile(src, [n, 8])
+    src(f"{col} = pypto.view({col}8, [{n}, 1], [0, 0])")
+
+
+def _pto_key_softmax(src: Src, st: str, heads: int, width: int, scale: float, tile, pb: str) -> None:
+    """The key-major softmax of one token's key tile: (mr [1, H], lr [1, H], `pb` bf16 [width, H]) from the scores
+    `st` = K·qᵀ [width, H] (f32), valid where vc [width, 1] ≥ 0: ·scale → −1e20 where not valid, m = the max over
+    the key rows, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp over the key rows (adds of aligned
+    row views: nothing goes through global memory), bf16(p) for the P·V matmul. m and l come out as [1, H]
+    rows, the layout of the m, l outputs."""
+    _pto_set_tile(src, tile)
+    src(f"ok = pypto.ge(pypto.expand_clone(vc, [{width}, {heads}]), 0.0)")
+    src(f"st = pypto.where(ok, pypto.mul({st}, {scale!r}), {_PTO_NEG!r})")
+    src("mr = pypto.amax(st, 0, keepdim=True)")
+    src("pt = pypto.where(ok, pypto.exp(pypto.sub(st, mr)), 0.0)")
+    _pto_set_tile(src, [8, tile[1]])
+    rows = _pto_pairwise_tree(src, _pto_namer("ps"), lambda t, off, k: f"pypto.view({t}, [{k}, {heads}], [{off}, 0])",
+                              "pt", 0, width)
+    src(f"lr = {rows}")
+    _pto_set_tile(src, tile)
+    src(f"{pb} = pypto.cast(pt, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
+
+
+class _PtoWindowAttn:
+    """The per-token attention partials (m, l [T, H], o [T, H, HD]) of q [T, H, HD] over each token's own key rows
+    rows [T, W, HD] (SWA qk_pv, the HCA raw window), in k_tile-wide tiles merged in order, as 2-D cube matmuls
+    on in-place 2-D reshapes of q and rows (a view reshaped to another rank is a copy through global memory),
+    key-major: sᵀ = K·qᵀ [W, H], so the softmax reduces over rows and m, l are [1, H] rows of the outputs, then
+    o = bf16(p)ᵀ·K. `valid_row(tok, a, n)` emits `vr` [1, n] (f32, ≥ 0 where key a + j of token tok is valid).
+
+    The kernel is static in T (callers pass `spec.static()`): pypto 0.2.0 mis-aligns an in-place reshape that
+    merges a dynamic axis (its SplitReshape pass reads past its aligned shape; the compile-only pipeline fails
+    at random). Cost (pypto's cost model): a task costs its core about one AICPU polling round (~2–4 µs) and a
+    dependency edge 390 AICPU cycles, so the loop body has no per-token `if` (blocks of _PTO_QK_ROWS tokens, then
+    single tokens), each token's validity is read inside its softmax task, and a single-tile window pairs two
+    tokens in one q·Kᵀ task ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
+    the off-diagonal products are never read). o goes through a 2-D workspace reshaped in place to 3-D
+    (reshaping the matmul result itself costs a copy task; assembling into an in-place reshape of the output is
+    dropped by pypto)."""
+
+    def __init__(self, src: Src, q, rows, outs, k_tile: int, scale: float, valid_row):
+        self.src, self.q, self.rows, self.valid_row = src, q, rows, valid_row
+        self.m_out, self.l_out, self.o_out = outs
+        self.ntok, self.heads, self.hd = q.shape
+        self.window = rows.shape[1]
+        self.k_tile, self.scale = k_tile, scale
+        self.tiles = list(range(0, self.window, k_tile))
+        w, h = self.window, self.heads
+        self.pair = len(self.tiles) == 1 and h % 8 == 0 and 2 * w <= 256 and 4 * w * h * 4 <= 128 * 1024
+        self.tile = _pto_key_tile(h, k_tile)
+        self.o_tile = _pto_head_tile(1, h, self.hd, 2 * _PTO_TILE_ELEMS)[1:]
+        self.scope = 0
+
+    def emit(self) -> None:
+        src, n, br = self.src, self.ntok, _PTO_QK_ROWS
+        if n >= br:
+            with src.block(f'for blk in pypto.loop(0, {n // br}, 1, name="tok_loop", idx_name="blk"):'):
+                self._flat()
+                for t in range(0, br, 2 if self.pair else 1):
+                    if self.pair:
+                        self._pair(f"blk * {br} + {t}")
+                    else:
+                        self._token(f"blk * {br} + {t}")
+        if n % br:
+            with src.block(f'for r1 in pypto.loop({n // br * br}, {n}, 1, name="tail_loop", idx_name="r1"):'):
+                self._flat()
+                self._token("r1")
+
+    def _flat(self) -> None:
+        """qf, kf = q, rows reshaped in place to 2-D, in the loop body (at the top of the kernel the reshape's
+        dependency fan-out to every task delays them)."""
+        for t, name in ((self.q, "qf"), (self.rows, "kf")):
+            self.src(f"{name} = pypto.reshape({t.name}, [{t.shape[0] * t.shape[1]}, {t.shape[2]}], inplace=True)")
+
+    def _softmax(self, tok: str, a: int, st: str, pb: str) -> None:
+        """One token's validity and softmax, one forced subgraph."""
+        src, n = self.src, self.k_tile
+        self.scope += 1
+        _pto_scope(src, self.scope)
+        _pto_set_tile(src, [1, max(n, 8)])
+        self.valid_row(tok, a, n)
+        _pto_row_to_col(src, "vr", n, "vc")
+        _pto_key_softmax(src, st, self.heads, n, self.scale, self.tile, pb)
+        _pto_scope(src, -1)
+
+    def _store_ml(self, tok: str, m: str, l: str) -> None:
+        _pto_set_tile(self.src, [1, max(self.heads, 8)])
+        for name, t in ((m, self.m_out), (l, self.l_out)):
+            self.src(f"pypto.assemble({name}, [{tok}, 0], {t.name})")
+
+    def _pv(self, tok: str, a: int, pb: str) -> None:
+        """oi [H, HD] = bf16(p)ᵀ·K of key tile a of token tok."""
+        src, n, w, hd = self.src, self.k_tile, self.window, self.hd
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(self.heads, n, hd, deep=True)})")
+        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), pypto.DT_FP32, "
+            "a_trans=True)")
+
+    def _store_o(self, tok: str, parts) -> None:
+        """Assemble the [H, HD] partials `parts` (consecutive tokens from tok) into o [T, H, HD]: through a 2-D
+        workspace reshaped in place to 3-D (no copy; reshaping the matmul result itself costs one)."""
+        src, h, hd, n = self.src, self.heads, self.hd, len(parts)
+        _pto_set_tile(src, self.o_tile)
+        src(f'ow = pypto.tensor([{n * h}, {hd}], {self.o_out.pto}, "ow")')
+        for i, p in enumerate(parts):
+            src(f"pypto.assemble({p}, [{i * h}, 0], ow)")
+        _pto_set_tile(src, [1] + self.o_tile)
+        src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
+
+    def _token(self, tok: str) -> None:
+        src, h, hd, n, w = self.src, self.heads, self.hd, self.k_tile, self.window
+        for i, a in enumerate(self.tiles):
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, h, deep=True)})")
+            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
+                f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+            self._softmax(tok, a, "st1", "pb")
+            self._pv(tok, a, "pb")
+            if i == 0:
+                src("m_acc, l_acc, o_acc = mr, lr, oi")
+                continue
+            _pto_set_tile(src, [1, max(h, 8)])  # the running merge: m, l rows; o by [H, 1] columns
+            src("big = pypto.maximum(m_acc, mr)")
+            src("ea = pypto.exp(pypto.sub(m_acc, big))")
+            src("eb = pypto.exp(pypto.sub(mr, big))")
+            src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, lr))")
+            src("m_acc = big")
+            _pto_row_to_col(src, "ea", h, "eac")
+            _pto_row_to_col(src, "eb", h, "ebc")
+            _pto_set_tile(src, self.o_tile)
+            src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
+        self._store_ml(tok, "m_acc", "l_acc")
+        self._store_o(tok, ["o_acc"])
+
+    def _pair(self, tok: str) -> None:
+        """Tokens tok and tok + 1 (single-tile window): one q·Kᵀ task, then per token its softmax and P·V."""
+        src, h, hd, w = self.src, self.heads, self.hd, self.window
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
+        src(f"st2 = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
+            f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+        for u in range(2):
+            tu = f"{tok} + {u}"
+            self._softmax(tu, 0, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
+            self._store_ml(tu, "mr", "lr")
+        for u in range(2):
+            self._pv(f"{tok} + {u}", 0, f"pb{u}")
+            src(f"oi{u} = oi")
+        self._store_o(tok, ["oi0", "oi1"])
 
 
 def _pto_token_keys(src: Src, cache, ind, r0: str, lo: int, width: int, hd: int, out: str, masked: bool) -> str:
