@@ -235,9 +235,9 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
-                       _pto_cube_wide, _pto_head_tile, _pto_token_keys, _pto_token_partial,
-                       _pto_token_rows, _pto_token_tile, _PtoMerge)
+from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
+                       _pto_head_tile, _pto_token_keys, _pto_token_partial, _pto_token_rows, _pto_token_tile,
+                       _PtoMerge, _PtoWindowAttn)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_swap_index,  # noqa: E402
@@ -380,36 +380,16 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
 
 
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
-    """The raw-window stream as ONE tile per token: the tile partial (`_pto_token_partial`) of the token's window
-    rows [W, HD] (valid where index ≥ 0), 2-D cube matmuls token by token; q·Kᵀ with b_trans on the rows (the
-    transposed copy rows_t holds the same values)."""
+    """The raw-window stream as ONE tile per token (attn_pto `_PtoWindowAttn`, static T), valid where index ≥ 0;
+    q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
+    spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
-    w = rows.shape[1]
-    scale = float(spec.attrs["scale"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
-    hb = _PtoBlock(loop, q)
-    hb.rows, hb.partial = heads, False
-    s_tile = _pto_token_tile(heads, w)
 
-    def token(r0: str, tok: int) -> None:
-        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
-        _pto_set_tile(src, [1] + _pto_head_tile(1, w, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"k2 = pypto.reshape(pypto.view({rows.name}, [1, {w}, {hd}], [{r0}, 0, 0]), [{w}, {hd}])")
-        _pto_set_tile(src, [1, max(w, 8)])
-        src(f"vb = {cast_expr(f'pypto.view({idx.name}, [1, {w}], [{r0}, 0])', idx.dtype, 'f32')}")
-        _pto_token_partial(hb, heads, hd, w, scale, s_tile, tok + 1)
-        _pto_set_tile(src, [1, max(heads, 8)])
-        for name, t in (("mi", m_out), ("li", l_out)):
-            src(f"pypto.assemble(pypto.reshape({name}, [1, {heads}]), [{r0}, 0], {t.name})")
-        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"pypto.assemble(pypto.reshape(oi, [1, {heads}, {hd}]), [{r0}, 0, 0], {o_out.name})")
+    def valid_row(tok: str, a: int, n: int) -> None:
+        src(f"vr = {cast_expr(f'pypto.view({idx.name}, [1, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
-    with loop.loop():
-        _pto_token_rows(loop, token)
+    _PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
 
 
