@@ -119,13 +119,14 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 #   one k_tile of the token's window rows at a time, valid where index ≥ 0 and bias ≥ 0, the reference's
 #   mask/exp order, l in numpy's pairwise order, the tiles merged in order. The matmuls accumulate in f32 where
 #   the reference rounds an f64 sum once, so s, m, l, o agree to f32 rounding (not bitwise).
-# * merge_norm: kernels/attn_pto.py `_PtoMerge` on row blocks of 16 tokens: o / (l + exp(sink − m)) in f32, the
-#   inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap index, one bf16 rounding, heads packed
-#   group-major with one assemble per group. Bitwise the reference's on CPU except where the calculator's exp
-#   (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
+# * merge_norm: kernels/attn_pto.py `_PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
+#   o / (l + exp(sink − m)) in f32, the inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap
+#   index, one bf16 rounding, each head assembled straight into its place of the group-major pack. Bitwise the
+#   reference's on CPU except where the calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on
+#   rare points).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
-from .attn_pto import _PTO_MERGE_ROWS, _PtoMerge, _PtoWindowAttn  # noqa: E402
-from .qkv import _PtoBlock, _pto_scope, _pto_set_tile, _pto_swap_index  # noqa: E402
+from .attn_pto import _PtoGroupMerge, _PtoWindowAttn  # noqa: E402
+from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -225,18 +226,22 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
 
 
 def pypto_merge_norm(spec: KernelSpec) -> str:
+    spec = spec.static()  # see _PtoGroupMerge
     m, l, o, sink, cos_il, sin_signed = spec.operands
     out = spec.results[0]
-    _, heads, hd = o.shape
+    ntok, heads, hd = o.shape
     src = Src(spec.signature())
-    _pto_swap_index(src, cos_il.shape[1], "swi")
-    loop = RowLoop(src, o, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, o)
-    mg = _PtoMerge(blk, [blk.rows], heads, hd)
-    with loop.loop():
-        mg.load_state(m, l, o)
-        mg.sink_normalize(sink)
-        mg.derotate_pack(cos_il, sin_signed, "swi", out, int(spec.attrs["o_groups"]))
+    src(f"o2 = pypto.reshape({o.name}, [{ntok}, {heads * hd}], inplace=True)")
+    src(f"sink2 = pypto.reshape({sink.name}, [1, {heads}], inplace=True)")
+    mg = _PtoGroupMerge(src, ntok, heads, hd, int(spec.attrs["o_groups"]))
+    with mg.blocks():
+        mg.load_state(m.name, l.name)
+        mg.denominator("sink2")
+        mg.tables(cos_il, sin_signed, None)
+        for j in mg.head_loop():
+            src(f"o_acc = {mg.head('o2', f'(h0 + {j}) * {hd}')}")
+            mg.normalize_head()
+            mg.pack_head(j, cos_il.shape[1], out)
     return src.text()
 
 

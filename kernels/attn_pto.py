@@ -5,8 +5,12 @@ module docstring (dsv4-math §6.2); the cost reasoning is in its template sectio
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from ._pypto import RowLoop, Src, cast_expr, py_list
-from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_sum, _pto_pairwise_tree, _pto_scope, _pto_set_tile
+from .qkv import (_pto_divisor, _pto_namer, _pto_pairwise_sum, _pto_pairwise_tree, _pto_scope, _pto_set_tile,
+                  _pto_swap_index)
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
@@ -274,6 +278,131 @@ def _pto_token_rows(loop: RowLoop, emit) -> None:
                 emit(r0, tok)
         else:
             emit(r0, tok)
+
+
+_PTO_GROUP_TOKENS = 32   # tokens per task of the head-group merges (flash: 4 blocks × 8 groups = 32 tasks)
+
+
+class _PtoGroupMerge:
+    """Merges, sink normalisation and inverse-RoPE packs on tasks of (head group g, block of n tokens): one forced
+    subgraph per loop iteration over the flattened (block, group) index. Per-head quantities (m, l, the merge
+    factors, the denominator) are [n, hg] boxes; each head j of the group is an [n, HD] box of the heads flattened
+    to [T, H·HD] (in place, at the top), its factors broadcast over HD by a `pypto.gather` with the all-j index
+    (a column view at an unaligned offset would go through global memory). A packed head is assembled straight
+    into out [G, T, hg·HD] at [g, t0, j·HD] (its [n, HD] block with a leading unit axis, a free reshape in the UB).
+    Static T; when n does not divide T, the last block is moved back to end at T (it rewrites rows of the block
+    before it with the same values).
+
+    Cost (pypto's cost model): the copy-in pipe is the bound, ~1.4 k cycles fixed per copy, so a task reads each
+    small operand once (its [n, hg] boxes and [n, rd] tables) and each head in 32 KiB tiles; 32-token blocks make
+    one task per vector core or fewer."""
+
+    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int):
+        self.src, self.ntok, self.heads, self.hd, self.groups = src, ntok, heads, hd, groups
+        self.hg = heads // groups
+        self.n = min(ntok, _PTO_GROUP_TOKENS)
+        self.tr = _pto_divisor(self.n, max(1, _PTO_TILE_ELEMS // hd))
+        self.items = 0
+
+    @contextmanager
+    def blocks(self) -> Iterator[None]:
+        """The loop over (token block, group), one forced subgraph per iteration; sets t0, gg, h0."""
+        src, n, g = self.src, self.n, self.groups
+        nb = -(-self.ntok // n)
+        with src.block(f'for blk in pypto.loop(0, {nb * g}, 1, name="grp_loop", idx_name="blk"):'):
+            src(f"t0 = {f'blk // {g} * {n}' if nb * n == self.ntok else f'pypto.min(blk // {g} * {n}, {self.ntok - n})'}")
+            src(f"gg = blk % {g}")
+            src(f"h0 = gg * {self.hg}")
+            _pto_scope(src, 1)
+            yield
+            _pto_scope(src, -1)
+
+    def cols(self, t, col: str = "h0", row: str = "t0") -> str:
+        """The [n, hg] box of the 2-D per-head tensor t at column `col`."""
+        return f"pypto.view({t}, [{self.n}, {self.hg}], [{row}, {col}])"
+
+    def head(self, t, col: str) -> str:
+        """An [n, HD] box of a flattened [T, ··HD] tensor at column `col`."""
+        return f"pypto.view({t}, [{self.n}, {self.hd}], [t0, {col}])"
+
+    def _col_tile(self) -> None:
+        _pto_set_tile(self.src, [self.n, max(self.hg, 8)])
+
+    def load_state(self, m: str, l: str) -> None:
+        """(m_acc, l_acc) [n, hg] = the group's boxes of the state m, l [T, H]."""
+        self._col_tile()
+        self.src(f"m_acc = {self.cols(m)}")
+        self.src(f"l_acc = {self.cols(l)}")
+
+    def merge_item(self, mi: str, li: str) -> int:
+        """Fold one item's (m, l) boxes into (m_acc, l_acc) in the reference's f32 order (merge_into); keeps its
+        factors as ea{i}, eb{i} for the heads. Returns i."""
+        src, i = self.src, self.items
+        self.items += 1
+        self._col_tile()
+        src(f"mi = {mi}")
+        src("big = pypto.maximum(m_acc, mi)")
+        src(f"ea{i} = pypto.exp(pypto.sub(m_acc, big))")
+        src(f"eb{i} = pypto.exp(pypto.sub(mi, big))")
+        src(f"l_acc = pypto.add(pypto.mul(ea{i}, l_acc), pypto.mul(eb{i}, {li}))")
+        src("m_acc = big")
+        return i
+
+    def denominator(self, sink2: str) -> None:
+        """den [n, hg] = l_acc + exp(sink[h] − m_acc) (f32; a fully masked token gives 0 / inf = 0); sink2 is the
+        sink as a [1, H] row."""
+        self._col_tile()
+        self.src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub(pypto.view({sink2}, [1, {self.hg}], [0, h0]), m_acc)))")
+
+    def spread(self, col: str, j: int) -> str:
+        """The column j of the [n, hg] box `col` broadcast to [n, HD] (gather with the all-j index idx)."""
+        return f"pypto.gather({col}, 1, idx)"
+
+    def head_loop(self):
+        """Per head j of the group (yields j), with idx = the all-j index [n, HD] and the [n, HD] tile set."""
+        for j in range(self.hg):
+            _pto_set_tile(self.src, [self.tr, self.hd])
+            self.src(f"idx = pypto.full([{self.n}, {self.hd}], {j}, pypto.DT_INT32)")
+            yield j
+
+    def merge_head(self, i: int, oi: str) -> None:
+        """o_acc ← ea·o_acc + eb·oi for item i (the factors spread over HD)."""
+        self.src(f"o_acc = pypto.add(pypto.mul({self.spread(f'ea{i}', 0)}, o_acc), "
+                 f"pypto.mul({self.spread(f'eb{i}', 0)}, {oi}))")
+
+    def normalize_head(self) -> None:
+        self.src(f"y = pypto.div(o_acc, {self.spread('den', 0)})")
+
+    def tables(self, cos_il, sin_signed, swap: str | None) -> None:
+        """cb, sb [n, rd] f32 = the block's rows of the RoPE tables; si [n, rd] i32 = the lane permutation (the swap
+        input, or j ^ 1 when `swap` is None) broadcast over the rows."""
+        src, n = self.src, self.n
+        rd = cos_il.shape[1]
+        if swap is None:
+            _pto_swap_index(src, rd, "swi")
+            swap = "swi"
+        _pto_set_tile(src, [n, max(rd, 8)])
+        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{n}, {rd}])")
+        for name, t in (("cb", cos_il), ("sb", sin_signed)):
+            src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{n}, {rd}], [t0, 0])', t.dtype, 'f32')}")
+
+    def pack_head(self, j: int, rd: int, out) -> None:
+        """Inverse RoPE of y's last rd lanes (r·c − r[swap]·s), one bf16 rounding of each part, the head assembled
+        into out [G, T, hg·HD] at [g, t0, j·HD]."""
+        src, n, hd, tr = self.src, self.n, self.hd, self.tr
+        nope = hd - rd
+        _pto_set_tile(src, [tr, max(rd, 8)])
+        src(f"rp = pypto.view(y, [{n}, {rd}], [0, {nope}])")
+        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(pypto.gather(rp, 1, si), sb))")
+        _pto_set_tile(src, [tr, hd])
+        rob = cast_expr("ro", "f32", out.dtype)
+        if nope:
+            ynb = cast_expr(f"pypto.view(y, [{n}, {nope}], [0, 0])", "f32", out.dtype)
+            src(f"z = pypto.concat([{ynb}, {rob}], -1)")
+        else:
+            src(f"z = {rob}")
+        _pto_set_tile(src, [1, tr, hd])
+        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
 
 
 # Row blocks of _PTO_MERGE_ROWS tokens, no forced subgraph: every [rows, H, HD] op runs on tiles of
