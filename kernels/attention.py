@@ -235,7 +235,7 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
     src(f"sink2 = pypto.reshape({sink.name}, [1, {heads}], inplace=True)")
     mg = _PtoGroupMerge(src, ntok, heads, hd, int(spec.attrs["o_groups"]))
     with mg.blocks():
-        mg.load_state(m.name, l.name)
+        mg.load_state(mg.cols(m.name), mg.cols(l.name))
         mg.denominator("sink2")
         mg.tables(cos_il, sin_signed, None)
         for j in mg.head_loop():

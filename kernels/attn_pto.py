@@ -8,13 +8,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from ._pypto import RowLoop, Src, cast_expr, py_list
+from ._pypto import RowLoop, Src, cast_expr
 from .qkv import (_pto_divisor, _pto_namer, _pto_pairwise_sum, _pto_pairwise_tree, _pto_scope, _pto_set_tile,
                   _pto_swap_index)
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
-_PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
 _PTO_QK_ROWS = 4         # tokens per loop iteration of the window partials (SWA, HCA raw window): two pairs
 _PTO_CSA_QK_ROWS = 4     # the same for CSA's window + top-k tiles (5 per token: an iteration's graph is 5× larger)
 
@@ -280,7 +279,8 @@ def _pto_token_rows(loop: RowLoop, emit) -> None:
             emit(r0, tok)
 
 
-_PTO_GROUP_TOKENS = 32   # tokens per task of the head-group merges (flash: 4 blocks × 8 groups = 32 tasks)
+_PTO_GROUP_TOKENS = 32   # tokens per task of a one-stream head-group pack (flash: 4 blocks × 8 groups = 32 tasks)
+_PTO_VECTOR_CORES = 48
 
 
 class _PtoGroupMerge:
@@ -294,13 +294,16 @@ class _PtoGroupMerge:
     before it with the same values).
 
     Cost (pypto's cost model): the copy-in pipe is the bound, ~1.4 k cycles fixed per copy, so a task reads each
-    small operand once (its [n, hg] boxes and [n, rd] tables) and each head in 32 KiB tiles; 32-token blocks make
-    one task per vector core or fewer."""
+    small operand once (its [n, hg] boxes and [n, rd] tables) and each head in ≤ 32 KiB tiles (larger ones spill
+    the UB); at most one task per vector core."""
 
-    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int):
+    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1):
         self.src, self.ntok, self.heads, self.hd, self.groups = src, ntok, heads, hd, groups
         self.hg = heads // groups
-        self.n = min(ntok, _PTO_GROUP_TOKENS)
+        # tokens per task: a task's time is about its number of 32 KiB copies; one stream of heads (pack only):
+        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter
+        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // _PTO_VECTOR_CORES)
+        self.n = max(1, min(ntok, n))
         self.tr = _pto_divisor(self.n, max(1, _PTO_TILE_ELEMS // hd))
         self.items = 0
 
@@ -329,10 +332,10 @@ class _PtoGroupMerge:
         _pto_set_tile(self.src, [self.n, max(self.hg, 8)])
 
     def load_state(self, m: str, l: str) -> None:
-        """(m_acc, l_acc) [n, hg] = the group's boxes of the state m, l [T, H]."""
+        """(m_acc, l_acc) [n, hg] = the [n, hg] boxes m, l (of the state, or of the first item)."""
         self._col_tile()
-        self.src(f"m_acc = {self.cols(m)}")
-        self.src(f"l_acc = {self.cols(l)}")
+        self.src(f"m_acc = {m}")
+        self.src(f"l_acc = {l}")
 
     def merge_item(self, mi: str, li: str) -> int:
         """Fold one item's (m, l) boxes into (m_acc, l_acc) in the reference's f32 order (merge_into); keeps its
@@ -340,10 +343,9 @@ class _PtoGroupMerge:
         src, i = self.src, self.items
         self.items += 1
         self._col_tile()
-        src(f"mi = {mi}")
-        src("big = pypto.maximum(m_acc, mi)")
+        src(f"big = pypto.maximum(m_acc, {mi})")
         src(f"ea{i} = pypto.exp(pypto.sub(m_acc, big))")
-        src(f"eb{i} = pypto.exp(pypto.sub(mi, big))")
+        src(f"eb{i} = pypto.exp(pypto.sub({mi}, big))")
         src(f"l_acc = pypto.add(pypto.mul(ea{i}, l_acc), pypto.mul(eb{i}, {li}))")
         src("m_acc = big")
         return i
@@ -354,24 +356,26 @@ class _PtoGroupMerge:
         self._col_tile()
         self.src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub(pypto.view({sink2}, [1, {self.hg}], [0, h0]), m_acc)))")
 
-    def spread(self, col: str, j: int) -> str:
-        """The column j of the [n, hg] box `col` broadcast to [n, HD] (gather with the all-j index idx)."""
-        return f"pypto.gather({col}, 1, idx)"
+    def spread(self, col: str) -> str:
+        """The column j of the [n, hg] box `col` as an aligned [n, 1] column (broadcast over HD by its consumer):
+        the first column of its gather with the all-j index idx [n, 8] (a view at column j would go through
+        global memory)."""
+        return f"pypto.view(pypto.gather({col}, 1, idx), [{self.n}, 1], [0, 0])"
 
     def head_loop(self):
-        """Per head j of the group (yields j), with idx = the all-j index [n, HD] and the [n, HD] tile set."""
+        """Per head j of the group (yields j), with idx = the all-j index [n, 8] and the [n, HD] tile set."""
         for j in range(self.hg):
+            self._col_tile()
+            self.src(f"idx = pypto.full([{self.n}, 8], {j}, pypto.DT_INT32)")
             _pto_set_tile(self.src, [self.tr, self.hd])
-            self.src(f"idx = pypto.full([{self.n}, {self.hd}], {j}, pypto.DT_INT32)")
             yield j
 
     def merge_head(self, i: int, oi: str) -> None:
         """o_acc ← ea·o_acc + eb·oi for item i (the factors spread over HD)."""
-        self.src(f"o_acc = pypto.add(pypto.mul({self.spread(f'ea{i}', 0)}, o_acc), "
-                 f"pypto.mul({self.spread(f'eb{i}', 0)}, {oi}))")
+        self.src(f"o_acc = pypto.add(pypto.mul({self.spread(f'ea{i}')}, o_acc), pypto.mul({self.spread(f'eb{i}')}, {oi}))")
 
     def normalize_head(self) -> None:
-        self.src(f"y = pypto.div(o_acc, {self.spread('den', 0)})")
+        self.src(f"y = pypto.div(o_acc, {self.spread('den')})")
 
     def tables(self, cos_il, sin_signed, swap: str | None) -> None:
         """cb, sb [n, rd] f32 = the block's rows of the RoPE tables; si [n, rd] i32 = the lane permutation (the swap
@@ -404,123 +408,10 @@ class _PtoGroupMerge:
         _pto_set_tile(src, [1, tr, hd])
         src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
 
-
-# Row blocks of _PTO_MERGE_ROWS tokens, no forced subgraph: every [rows, H, HD] op runs on tiles of
-# [rows, heads-slice, HD] (the rows of a block never split), so pypto fuses each tile's chain of
-# element-wise ops into one task and the blocks' tasks run side by side on the vector cores.
-class _PtoMerge:
-    """Shapes of a merge: the state lives in `lead` = [rows] (the HCA stream state [T, H(, HD)]) or [rows, 1]
-    (the CSA partials [T, n, H(, HD)], merged in the partials' own rank: reshaping a view to another rank is a
-    copy through global memory, and adding a unit axis to one is very slow in pypto 0.2.0)."""
-
-    def __init__(self, blk, lead: list[int], heads: int, hd: int):
-        self.blk, self.src, self.lead, self.heads, self.hd = blk, blk.src, lead, heads, hd
-        br = blk.rows
-        self.h_shape = lead + [heads]
-        self.o_shape = lead + [heads, hd]
-        self.h_tile = lead + [max(heads, 8)]
-        self.o_tile = lead + _pto_head_tile(br, heads, hd)[1:]
-        self.c_tile = lead + [heads, 8]          # [.., H, 1] columns broadcast over HD
-
-    def zeros(self, extra: int = 0) -> list[int]:
-        return [0] * (len(self.lead) + extra)
-
-    def load_state(self, m, l, o) -> None:
-        """(m_acc, l_acc) [rows, H] and o_acc [rows, H, HD] = the loop block's rows of m, l [T, H], o [T, H, HD]."""
-        loop, src = self.blk.loop, self.src
-        _pto_set_tile(src, self.h_tile)
-        src(f"m_acc = {loop.view(m)}")
-        src(f"l_acc = {loop.view(l)}")
-        _pto_set_tile(src, self.o_tile)
-        src(f"o_acc = {loop.view(o)}")
-
-    def load_item(self, m, l, o, item: int) -> None:
-        """(mi, li) [*lead, H] and oi [*lead, H, HD] = item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
-        _pto_set_tile(src, [br, 1, max(heads, 8)])
-        for name, t in (("mi", m), ("li", l)):
-            view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
-            src(f"{name} = {view if len(self.lead) == 2 else blk.reshape(view, self.h_shape)}")
-        _pto_set_tile(src, [br, 1] + self.o_tile[-2:])
-        view = (f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]"
-                f"{blk.valid(1, heads, hd)})")
-        src(f"oi = {view if len(self.lead) == 2 else blk.reshape(view, self.o_shape)}")
-
-    def merge(self) -> None:
-        """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
-        a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        src("big = pypto.maximum(m_acc, mi)")
-        src("ea = pypto.exp(pypto.sub(m_acc, big))")
-        src("eb = pypto.exp(pypto.sub(mi, big))")
-        src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
-        src("m_acc = big")
-        _pto_set_tile(src, self.c_tile)
-        src(f"eac = {blk.reshape('ea', self.h_shape + [1])}")
-        src(f"ebc = {blk.reshape('eb', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
-
-    def sink_normalize(self, sink) -> None:
-        """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        sk = f"pypto.reshape({sink.name}, {py_list([1] * len(self.lead) + [self.heads])})"
-        src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub({sk}, m_acc)))")
-        _pto_set_tile(src, self.c_tile)
-        src(f"denc = {blk.reshape('den', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("y = pypto.div(o_acc, denc)")
-
-    def swap_lanes(self, r: str, rd: int, swap: str, out: str) -> None:
-        """out [*lead, H, rd] = r[..., swap] with the lane permutation `swap` (i32 [rd]): `pypto.gather` on the
-        last axis of r viewed as [rows·H, rd], the index being the swap row broadcast to that shape (exact
-        data movement)."""
-        blk, src, br, heads = self.blk, self.src, self.blk.rows, self.heads
-        flat = br * heads
-        vr = f", valid_shape=[valid * {heads}, {rd}]" if blk.partial else ""
-        r_tile = self.lead + _pto_head_tile(br, heads, rd)[1:]
-        _pto_set_tile(src, r_tile)  # a rank-reducing reshape takes a tile of its input's rank
-        src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
-        _pto_set_tile(src, [br * r_tile[-2], rd])
-        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{flat}, {rd}]{vr})")
-        src("g2 = pypto.gather(r2, 1, si)")
-        _pto_set_tile(src, r_tile)
-        src(f"{out} = {blk.reshape('g2', self.lead + [heads, rd])}")
-
-    def derotate_pack(self, cos_il, sin_signed, swap: str, out, groups: int) -> None:
-        """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding of each part,
-        heads packed group-major into out [G, T, hpg·HD]: per group the parts concatenated (the pack's copy),
-        reshaped and assembled."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
-        rd = cos_il.shape[1]
-        nope = hd - rd
-        hg = heads // groups
-        zl = self.zeros()
-        src(f"rp = {blk.sub('y', self.h_shape, zl + [0, nope], rd)}")
-        self.swap_lanes("rp", rd, swap, "swp")
-        for name, t in (("cb", cos_il), ("sb", sin_signed)):
-            _pto_set_tile(src, [br, max(rd, 8)])
-            src(f"{name}2 = {cast_expr(blk.loop.view(t), t.dtype, 'f32')}")
-            _pto_set_tile(src, [br] + [1] * len(self.lead) + [max(rd, 8)])
-            src(f"{name} = {blk.reshape(name + '2', [br] + [1] * len(self.lead) + [rd])}")
-        _pto_set_tile(src, self.lead + _pto_head_tile(br, heads, rd)[1:])
-        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
-        _pto_set_tile(src, self.o_tile)
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
-        if nope:
-            src(f"ynb = {cast_expr(blk.sub('y', self.h_shape, zl + [0, 0], nope), 'f32', out.dtype)}")
-        g_tile = self.lead + _pto_head_tile(br, hg, hd, 2 * _PTO_TILE_ELEMS)[1:]
-        g_shape = self.lead + [hg]
-        valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
-        for g in range(groups):
-            _pto_set_tile(src, g_tile)
-            rope = blk.sub("rob", g_shape, zl + [g * hg, 0], rd)
-            if nope:
-                src(f"hgv = pypto.concat([{blk.sub('ynb', g_shape, zl + [g * hg, 0], nope)}, {rope}], -1)")
-            else:
-                src(f"hgv = pypto.clone({rope})")
-            _pto_set_tile(src, [1, br, max(8, min(hg * hd, 2 * _PTO_TILE_ELEMS // br))])
-            src(f"pk3 = pypto.reshape(hgv, [1, {br}, {hg * hd}]{valid3})")
-            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
+    def store_head(self, j: int, out) -> None:
+        """y into out [T, H, HD] at [t0, h0 + j, 0]: through an [n, HD] workspace reshaped in place to [n, 1, HD]."""
+        src, n, hd, tr = self.src, self.n, self.hd, self.tr
+        src(f'ow = pypto.tensor([{n}, {hd}], {out.pto}, "ow")')
+        src("pypto.assemble(y, [0, 0], ow)")
+        _pto_set_tile(src, [tr, 1, hd])
+        src(f"pypto.assemble(pypto.reshape(ow, [{n}, 1, {hd}], inplace=True), [t0, h0 + {j}, 0], {out.name})")

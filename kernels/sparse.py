@@ -211,11 +211,12 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls q·Kᵀ and bf16(p)·K (f32 accumulation,
 #   where the reference rounds an f64 sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's
 #   mask (−1e20) / rowmax / exp / where order, l in numpy's pairwise order (kernels.qkv helpers).
-# * Merges (csa_merge_norm, hca_stream_merge[_pack]): the reference's f32 merge_into / sink_normalize order; the
-#   only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp from numpy's on a few % of
-#   arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis with the op's swap input
-#   (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding; heads packed group-major
-#   with one assemble per group.
+# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attn_pto.py
+#   `_PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
+#   sink_normalize order; the only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp
+#   from numpy's on a few % of arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis
+#   with the op's swap input (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding;
+#   each head assembled straight into its place of the group-major pack.
 # * Index work is exact: integer arithmetic in f32 (< 2^24), comparisons against scalars, floors as
 #   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select and
 #   kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
@@ -235,12 +236,12 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
+from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
                        _pto_head_tile, _pto_token_keys, _pto_token_partial, _pto_token_rows, _pto_token_tile,
-                       _PtoMerge, _PtoWindowAttn)
+                       _PtoGroupMerge, _PtoWindowAttn)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
-from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile, _pto_swap_index,  # noqa: E402
+from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile,  # noqa: E402
                   _pto_vec_tile)
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -541,75 +542,90 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
 # ---- merges, sink, inverse RoPE, pack -----------------------------------------------------------------------
 
 
-def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
-    """csa_merge_norm (csa: items merged in order from the first), hca_stream_merge (the raw stream state, then
-    the work items ascending; f32 out) and hca_stream_merge_pack (the same, then the pack)."""
+def _pto_numel(t) -> int:
+    n = 1
+    for e in t.shape:
+        n *= e
+    return n
+
+
+def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
+    """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
+    state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
+    hca_stream_pack (pack only), on attn_pto `_PtoGroupMerge` tasks; static T. The heads, the items' heads and
+    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
+    spec = spec.static()
     ops = spec.operands
     out = spec.results[0]
+    swap, state, items, sink = None, None, None, None
     if csa:
         m, l, o, sink, cos_il, sin_signed = ops
-        swap = None
-        _, items, heads, hd = o.shape
-        rows_from = o
-    else:
+        ntok, n_items, heads, hd = o.shape
+        items = (m, l, o)
+    elif merge:
         m, l, hs, cm, cl, co, sink = ops[:7]
         cos_il, sin_signed, swap = ops[7:10] if pack else (None, None, None)
-        _, heads, hd = hs.shape
-        items = cm.shape[1]
-        rows_from = hs
+        ntok, heads, hd = hs.shape
+        n_items = cm.shape[1]
+        state, items = (m, l, hs), (cm, cl, co)
+    else:
+        hs, cos_il, sin_signed, swap = ops
+        ntok, heads, hd = hs.shape
+        state = (None, None, hs)
+    groups = int(spec.attrs["o_groups"]) if pack else max(1, heads // 8)
     src = Src(spec.signature())
-    if pack and swap is None:  # csa_merge_norm has no swap input: the pair swap j ^ 1
-        _pto_swap_index(src, cos_il.shape[1], "swi")
-    loop = RowLoop(src, rows_from, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, rows_from)
-    mg = _PtoMerge(blk, [blk.rows, 1] if csa else [blk.rows], heads, hd)
-    with loop.loop():
-        if csa:
-            mg.load_item(m, l, o, 0)
-            src("m_acc = mi")
-            src("l_acc = li")
-            src("o_acc = oi")
-            first, parts = 1, (m, l, o)
-        else:
-            mg.load_state(m, l, hs)
-            first, parts = 0, (cm, cl, co)
-        for i in range(first, items):
-            mg.load_item(*parts, i)
-            mg.merge()
-        mg.sink_normalize(sink)
+    flat = {}
+    for t in ([state[2]] if state else []) + (list(items) if items else []) + ([sink] if sink else []):
+        lead = 1 if t is sink else ntok
+        flat[t.name] = f"{t.name}2"
+        src(f"{t.name}2 = pypto.reshape({t.name}, [{lead}, {_pto_numel(t) // lead}], inplace=True)")
+    mg = _PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
+    with mg.blocks():
+        factors = []
+        if items:
+            im, il, io = (flat[t.name] for t in items)
+            first = 1 if csa else 0
+            if csa:
+                mg.load_state(mg.cols(im), mg.cols(il))
+            else:
+                mg.load_state(mg.cols(state[0].name), mg.cols(state[1].name))
+            for i in range(first, n_items):
+                factors.append((i, mg.merge_item(mg.cols(im, f"{i * heads} + h0"), mg.cols(il, f"{i * heads} + h0"))))
+            mg.denominator(flat[sink.name])
         if pack:
-            mg.derotate_pack(cos_il, sin_signed, "swi" if swap is None else swap.name, out,
-                             int(spec.attrs["o_groups"]))
-        else:
-            loop.store("y", out)
+            mg.tables(cos_il, sin_signed, None if swap is None else swap.name)
+        for j in mg.head_loop():
+            if csa:
+                src(f"o_acc = {mg.head(flat[items[2].name], f'(h0 + {j}) * {hd}')}")
+            else:
+                src(f"o_acc = {mg.head(flat[state[2].name], f'(h0 + {j}) * {hd}')}")
+            for i, f in factors:
+                mg.merge_head(f, mg.head(flat[items[2].name], f"({i * heads} + h0 + {j}) * {hd}"))
+            if items:
+                mg.normalize_head()
+            else:
+                src("y = o_acc")
+            if pack:
+                mg.pack_head(j, cos_il.shape[1], out)
+            else:
+                mg.store_head(j, out)
     return src.text()
 
 
 def pypto_csa_merge_norm(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=True, pack=True)
+    return _pto_group_merge_kernel(spec, csa=True, merge=True, pack=True)
 
 
 def pypto_hca_stream_merge(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=False, pack=False)
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=False)
 
 
 def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=False, pack=True)
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True)
 
 
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
-    hs, cos_il, sin_signed, swap = spec.operands
-    out = spec.results[0]
-    _, heads, hd = hs.shape
-    src = Src(spec.signature())
-    loop = RowLoop(src, hs, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, hs)
-    mg = _PtoMerge(blk, [blk.rows], heads, hd)
-    with loop.loop():
-        _pto_set_tile(src, mg.o_tile)
-        src(f"y = {loop.view(hs)}")
-        mg.derotate_pack(cos_il, sin_signed, swap.name, out, int(spec.attrs["o_groups"]))
-    return src.text()
+    return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------

@@ -324,6 +324,12 @@ EDGES = {
         "graph @k<T = 11>(%q: bf16[T,8,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
         "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 32}"
         " : f32[T,8], f32[T,8], f32[T,8,64]\n  return %m, %l, %o\n}\n", make_inputs=_attn_inputs)),
+    # 40 tokens: a 32-token block, then the last block moved back to end at T (rows 8..31 written twice, the same)
+    "merge_norm_moved_back_block": ("merge_norm", Case(
+        "graph @k<T = 40>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
+        " %s: bf16[T,16]) {\n"
+        "  %y = merge_norm(%m, %l, %o, %sink, %c, %s) {o_groups = 2} : bf16[2,T,256]\n  return %y\n}\n",
+        make_inputs=_merge_inputs)),
     "merge_norm_masked_token": ("merge_norm", Case(
         "graph @k<T = 11>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
         " %s: bf16[T,16]) {\n"
