@@ -236,7 +236,7 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _pto_cube_wide,  # noqa: E402
+from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,  # noqa: E402
                        _pto_head_tile, _pto_token_keys, _pto_token_partial, _pto_token_rows, _pto_token_tile,
                        _PtoGroupMerge, _PtoWindowAttn)
 from .compressor import _pto_token_table_rows  # noqa: E402
@@ -475,21 +475,35 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
 def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 32 KiB and at most
     128 × 128 (a transpose holds several tile-sized UB buffers; the flash [128, 128] bf16 tile compiles and
-    costs a quarter of the [64, 64] one)."""
+    costs a quarter of the [64, 64] one). Static T, one forced subgraph per block of tokens, as many blocks as
+    vector cores (each pypto task costs its core an AICPU round: one task per token tile made 512 tasks on
+    flash); the last block is moved back to end at T (rewriting rows of the block before with the same values).
+    A subgraph merges only ops joined by data, and the tiles of one transpose are not: each tile subtracts the
+    same +0 tensor (in f32, exact, −0 stays −0) to join them."""
+    spec = spec.static()
     rows = spec.operands[0]
     out = spec.results[0]
-    _, w, hd = rows.shape
+    ntok, w, hd = rows.shape
     tw, th = min(w, 128), min(hd, 128)
     tr = max(1, min(8, (32 * 1024) // (tw * th * rows.itemsize)))
+    n = max(1, min(ntok, -(-ntok // _PTO_VECTOR_CORES)))
+    n = -(-n // tr) * tr if n >= tr else n  # whole tiles of rows
+    n = min(n, ntok)
+    tr = _pto_divisor(n, tr)
+    nb = -(-ntok // n)
     src = Src(spec.signature())
-    loop = RowLoop(src, rows, tr, name="tok")  # a tile spans the block's rows (partial blocks, see above)
-    tr = loop.shape(rows)[0]
-    with loop.loop():  # no forced subgraph: the block's tiles run side by side
+    with src.block(f'for blk in pypto.loop(0, {nb}, 1, name="tok_loop", idx_name="blk"):'):
+        src(f"t0 = {f'blk * {n}' if nb * n == ntok else f'pypto.min(blk * {n}, {ntok - n})'}")
+        _pto_scope(src, 1)
         _pto_set_tile(src, [tr, tw, th])
-        src(f"x = {loop.view(rows)}")
+        src(f"x = pypto.view({rows.name}, [{n}, {w}, {hd}], [t0, 0, 0])")
+        _pto_set_tile(src, [n, 1, tw])
+        src(f"zero = pypto.full([{n}, 1, {tw}], 0.0, pypto.DT_FP32)")
         _pto_set_tile(src, [tr, th, tw])
         src("y = pypto.transpose(x, 1, 2)")
-        loop.store("y", out)
+        src(f"y = {cast_expr(f'pypto.sub({cast_expr(chr(121), rows.dtype, chr(102) + chr(51) + chr(50))}, zero)', 'f32', out.dtype)}")
+        src(f"pypto.assemble(y, [t0, 0, 0], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
