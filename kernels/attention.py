@@ -217,9 +217,9 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
     k_tile = int(spec.attrs.get("k_tile") or rows.shape[1])
     src = Src(spec.signature())
 
-    def valid_row(tok: str, a: int, n: int) -> None:
-        ix = cast_expr(f"pypto.view({idx.name}, [1, {n}], [{tok}, {a}])", idx.dtype, "f32")
-        src(f"vr = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [1, {n}], [{tok}, {a}]), -1.0)")
+    def valid_row(tok: str, a: int, n: int, r: int) -> None:
+        ix = cast_expr(f"pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])", idx.dtype, "f32")
+        src(f"vr = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [{r}, {n}], [{tok}, {a}]), -1.0)")
 
     _PtoWindowAttn(src, q, rows, spec.results, k_tile, float(spec.attrs["scale"]), valid_row).emit()
     return src.text()

@@ -87,14 +87,15 @@ class _PtoWindowAttn:
     rows [T, W, HD] (SWA qk_pv, the HCA raw window), in k_tile-wide tiles merged in order, as 2-D cube matmuls
     on in-place 2-D reshapes of q and rows (a view reshaped to another rank is a copy through global memory),
     key-major: sᵀ = K·qᵀ [W, H], so the softmax reduces over rows and m, l are [1, H] rows of the outputs, then
-    o = bf16(p)ᵀ·K. `valid_row(tok, a, n)` emits `vr` [1, n] (f32, ≥ 0 where key a + j of token tok is valid).
+    o = bf16(p)ᵀ·K. `valid_row(tok, a, n, rows)` emits `vr` [rows, n] (f32, ≥ 0 where key a + j of token tok + r is
+    valid).
 
     The kernel is static in T (callers pass `spec.static()`): pypto 0.2.0 mis-aligns an in-place reshape that
     merges a dynamic axis (its SplitReshape pass reads past its aligned shape; the compile-only pipeline fails
     at random). Cost (pypto's cost model): a task costs its core about one AICPU polling round (~2–4 µs) and a
     dependency edge 390 AICPU cycles, so the loop body has no per-token `if` (blocks of _PTO_QK_ROWS tokens, then
     single tokens), each token's validity is read inside its softmax task, and a single-tile window pairs two
-    tokens in one q·Kᵀ task ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
+    tokens in one q·Kᵀ task and one softmax task (their validity rows one op) ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
     the off-diagonal products are never read). o goes through a 2-D workspace reshaped in place to 3-D
     (reshaping the matmul result itself costs a copy task; assembling into an in-place reshape of the output is
     dropped by pypto)."""
@@ -133,16 +134,19 @@ class _PtoWindowAttn:
         for t, name in ((self.q, "qf"), (self.rows, "kf")):
             self.src(f"{name} = pypto.reshape({t.name}, [{t.shape[0] * t.shape[1]}, {t.shape[2]}], inplace=True)")
 
-    def _softmax(self, tok: str, a: int, st: str, pb: str) -> None:
-        """One token's validity and softmax, one forced subgraph."""
+    def _validity(self, tok: str, a: int, rows: int) -> None:
+        """vr [rows, k_tile] = the validity rows of tokens tok … tok + rows − 1 (one op: a pair's two softmax
+        chains share it, which makes them one task)."""
+        _pto_set_tile(self.src, [rows, max(self.k_tile, 8)])
+        self.valid_row(tok, a, self.k_tile, rows)
+
+    def _softmax(self, row: int, st: str, pb: str) -> None:
+        """The softmax of row `row` of vr: its validity column vc, then `_pto_key_softmax`."""
         src, n = self.src, self.k_tile
-        self.scope += 1
-        _pto_scope(src, self.scope)
         _pto_set_tile(src, [1, max(n, 8)])
-        self.valid_row(tok, a, n)
-        _pto_row_to_col(src, "vr", n, "vc")
+        src(f"vr1 = pypto.view(vr, [1, {n}], [{row}, 0])")
+        _pto_row_to_col(src, "vr1", n, "vc")
         _pto_key_softmax(src, st, self.heads, n, self.scale, self.tile, pb)
-        _pto_scope(src, -1)
 
     def _store_ml(self, tok: str, m: str, l: str) -> None:
         _pto_set_tile(self.src, [1, max(self.heads, 8)])
@@ -173,7 +177,11 @@ class _PtoWindowAttn:
             src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, h, deep=True)})")
             src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
                 f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
-            self._softmax(tok, a, "st1", "pb")
+            self.scope += 1
+            _pto_scope(src, self.scope)
+            self._validity(tok, a, 1)
+            self._softmax(0, "st1", "pb")
+            _pto_scope(src, -1)
             self._pv(tok, a, "pb")
             if i == 0:
                 src("m_acc, l_acc, o_acc = mr, lr, oi")
@@ -197,10 +205,13 @@ class _PtoWindowAttn:
         src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
         src(f"st2 = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
             f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+        self.scope += 1
+        _pto_scope(src, self.scope)
+        self._validity(tok, 0, 2)
         for u in range(2):
-            tu = f"{tok} + {u}"
-            self._softmax(tu, 0, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
-            self._store_ml(tu, "mr", "lr")
+            self._softmax(u, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
+            self._store_ml(f"{tok} + {u}", "mr", "lr")
+        _pto_scope(src, -1)
         for u in range(2):
             self._pv(f"{tok} + {u}", 0, f"pb{u}")
             src(f"oi{u} = oi")

@@ -387,8 +387,8 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     q, rows, _rows_t, idx = spec.operands
     src = Src(spec.signature())
 
-    def valid_row(tok: str, a: int, n: int) -> None:
-        src(f"vr = {cast_expr(f'pypto.view({idx.name}, [1, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
+    def valid_row(tok: str, a: int, n: int, r: int) -> None:
+        src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
     _PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
