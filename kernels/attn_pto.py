@@ -1,21 +1,21 @@
 """pypto 0.2.0 building blocks shared by the attention templates (kernels/attention.py for SWA, kernels/sparse.py
-for CSA and HCA): one token's key gather and tile partial with 2-D cube matmuls, and the row-block merge, sink
-normalisation, inverse RoPE and group-major pack. The numerics they emit are those of kernels/sparse.py's
-module docstring (dsv4-math §6.2); the cost reasoning is in its template section.
+for CSA and HCA): the key-major tile partial of one token's key tile with 2-D cube matmuls and the window
+partials built on it (`_PtoWindowAttn`), and the head-group merge, sink normalisation, inverse RoPE and
+group-major pack (`_PtoGroupMerge`). The numerics they emit are those of kernels/sparse.py's module docstring
+(dsv4-math §6.2); the cost reasoning is in the class docstrings and in kernels/sparse.py's template section.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Iterator
 
-from ._pypto import RowLoop, Src, cast_expr
-from .qkv import (_pto_divisor, _pto_namer, _pto_pairwise_sum, _pto_pairwise_tree, _pto_scope, _pto_set_tile,
-                  _pto_swap_index)
+from ._pypto import Src, cast_expr
+from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile, _pto_swap_index
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
 _PTO_QK_ROWS = 4         # tokens per loop iteration of the window partials (SWA, HCA raw window): two pairs
-_PTO_CSA_QK_ROWS = 4     # the same for CSA's window + top-k tiles (5 per token: an iteration's graph is 5× larger)
+_PTO_CSA_QK_ROWS = 4     # tokens per loop iteration of the CSA partials
 
 
 def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:
@@ -216,78 +216,6 @@ class _PtoWindowAttn:
             self._pv(f"{tok} + {u}", 0, f"pb{u}")
             src(f"oi{u} = oi")
         self._store_o(tok, ["oi0", "oi1"])
-
-
-def _pto_token_keys(src: Src, cache, ind, r0: str, lo: int, width: int, hd: int, out: str, masked: bool) -> str:
-    """`out` [width, HD] = the rows cache[idx] of one token's key list idx = ind[r0, lo:lo+width] (1-D index,
-    2-D result); returns the name of f32(idx) [1, width]. The index_select never sees a −1:
-    * `masked`: the reference's `_gather` (−1 rows zero): clamped max(idx, 0), then where(idx ≥ 0, row, 0);
-    * else: a −1 reads the row of the list's largest index (a real row, so finite data that its zero softmax
-      weight cancels exactly), 0 when the list is empty; the caller zeroes the partial of a key tile without
-      any index, so no pass over the rows is needed."""
-    ix = f"{out}_ix"
-    _pto_set_tile(src, [1, max(width, 8)])
-    src(f"{ix} = {cast_expr(f'pypto.view({ind.name}, [1, {width}], [{r0}, {lo}])', 'i32', 'f32')}")
-    if masked:
-        src(f"ifl = pypto.maximum({ix}, 0.0)")
-    else:
-        src(f"imx = pypto.amax({ix}, -1, keepdim=True)")
-        src(f"ifl = pypto.maximum(pypto.where(pypto.ge({ix}, 0.0), {ix}, pypto.expand_clone(imx, [1, {width}])), "
-            "0.0)")
-    src(f"ci = pypto.reshape({cast_expr('ifl', 'f32', 'i32')}, [{width}])")
-    d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles (cost-model failure above)
-    while width * d_tile * 2 > (32 if masked else 128) * 1024 and d_tile % 2 == 0 and d_tile > 16:
-        d_tile //= 2
-    if masked:
-        _pto_set_tile(src, [width, 8])
-        src(f"okc = pypto.reshape({ix}, [{width}, 1])")
-        _pto_set_tile(src, [width, d_tile])
-        src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"{out} = {cast_expr('pypto.where(pypto.ge(okc, 0.0), g, 0.0)', 'f32', cache.dtype)}")
-    else:
-        _pto_set_tile(src, [width, d_tile])
-        src(f"{out} = pypto.index_select({cache.name}, 0, ci)")
-    return ix
-
-
-def _pto_token_partial(hb, heads: int, hd: int, width: int, scale: float, s_tile, scope: int) -> None:
-    """(mi [H, 1], li [H, 1], oi [H, HD]) = tile_partial of one token's key tile k2 [width, HD] (bf16) for its
-    query q2 [H, HD], valid where vb [1, width] ≥ 0: s = q·Kᵀ (2-D cube matmul, f32 accumulation), s·scale →
-    −1e20 where not valid, m = rowmax, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp,
-    o = bf16(p)·K. The softmax chain is one forced subgraph (`scope`)."""
-    src = hb.src
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, hd, width)})")
-    src("s = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
-    _pto_set_tile(src, s_tile)
-    _pto_scope(src, scope)
-    src(f"ok = pypto.ge(pypto.expand_clone(vb, [{heads}, {width}]), 0.0)")
-    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
-    src("mi = pypto.amax(s, -1, keepdim=True)")
-    src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-    _pto_pairwise_sum(hb, "p", [heads], width, "li", s_tile)
-    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-    _pto_scope(src, -1)
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, width, hd)})")
-    src("oi = pypto.matmul(pb, k2, pypto.DT_FP32)")
-
-
-def _pto_token_tile(heads: int, width: int) -> list[int]:
-    """The [H, width] softmax tile: all columns, as many heads as _PTO_TILE_ELEMS allows."""
-    tile = [heads, max(width, 8)]
-    while tile[0] * tile[1] > _PTO_TILE_ELEMS and tile[0] % 2 == 0:
-        tile[0] //= 2
-    return tile
-
-
-def _pto_token_rows(loop: RowLoop, emit) -> None:
-    """The loop block's tokens one by one (`emit(r0, tok)`; 2-D matmuls per token), the tail guarded."""
-    for tok in range(loop.block_rows):
-        r0 = f"r0 + {tok}" if loop.looped else str(tok)
-        if loop.partial and tok:
-            with loop.src.block(f"if {tok} < valid:"):
-                emit(r0, tok)
-        else:
-            emit(r0, tok)
 
 
 _PTO_GROUP_TOKENS = 32   # tokens per task of a one-stream head-group pack (flash: 4 blocks × 8 groups = 32 tasks)

@@ -208,9 +208,10 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
-# * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls q·Kᵀ and bf16(p)·K (f32 accumulation,
-#   where the reference rounds an f64 sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's
-#   mask (−1e20) / rowmax / exp / where order, l in numpy's pairwise order (kernels.qkv helpers).
+# * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls for q·Kᵀ (key-major K·qᵀ in csa_qk_pv
+#   and hca_raw_attn, kernels/attn_pto.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
+#   sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's mask (−1e20) / max / exp / where
+#   order, l in numpy's pairwise order (kernels.qkv helpers).
 # * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attn_pto.py
 #   `_PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
 #   sink_normalize order; the only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp
@@ -220,11 +221,12 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 # * Index work is exact: integer arithmetic in f32 (< 2^24), comparisons against scalars, floors as
 #   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select and
 #   kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
-# Cost (pypto's cost model, per kernel): every pypto task costs a few thousand cycles of fixed overhead and the
-# AICPU dispatches a few hundred cycles per task, while tile sizes up to ~32 KiB per operand cost little more
-# than small ones. So the templates use few, large tiles, keep ~10 loop iterations' worth of independent tasks in
-# flight (a pypto.loop runs about that many iterations at once), avoid batched matmuls (every batch slice is
-# copied in and out) in favour of 2-D matmuls per token, and avoid reshaping views to another rank (a copy).
+# Cost (pypto's cost model, per kernel): a core runs one task at a time and gets the next one only at the end of
+# its AICPU's polling round (12 cores × 240 cycles, plus 390 per dependency edge resolved and 200 per task
+# dispatched), so every task costs its core ~2–4 µs besides its own time; a copy into the UB costs ~1.4 k cycles
+# plus its bytes. So the templates make few, large tasks (one forced subgraph joins only ops linked by data),
+# large tiles, avoid batched matmuls (every batch slice is copied in and out) in favour of 2-D matmuls on
+# in-place 2-D reshapes of whole parameters, and avoid reshaping views to another rank (a copy).
 # pypto 0.2.0 lowering traps met here (tensor graph right, post-pass verify FAILS; each avoided below):
 # * a 1-D op (arange) under a rank-2 tile is mis-lowered by InferParamIndex → 1-D ops get 1-D tiles (_pto_iota);
 # * a view is materialised under the tile of the op that consumes it: reshaping a rank-3 view needs a rank-3 tile
@@ -237,8 +239,8 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
 from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,  # noqa: E402
-                       _pto_head_tile, _pto_token_keys, _pto_token_partial, _pto_token_rows, _pto_token_tile,
-                       _PtoGroupMerge, _PtoWindowAttn)
+                       _pto_head_tile, _pto_key_softmax, _pto_key_tile, _pto_row_to_col, _PtoGroupMerge,
+                       _PtoWindowAttn)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .qkv import (_PtoBlock, _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile,  # noqa: E402
@@ -308,75 +310,118 @@ def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) ->
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
 
 
-def _pto_csa_token(src: Src, spec: KernelSpec, hb, r0: str, s_tile, tok: int) -> None:
-    """The csa_qk_pv partials of the token at row `r0` (see pypto_csa_qk_pv); `tok` numbers its forced
-    subgraphs apart from the other tokens' of the iteration."""
+def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str) -> None:
+    """kw [W, HD], kc [K, HD] = the token's window rows of kv_cache and top-k rows of cmp_kv as the reference's
+    `_gather` (−1 rows zero: clamped index_select, then where(idx ≥ 0, row, 0)), and va [1, W+K] = where(idx ≥ 0,
+    bias, −1) (f32; ≥ 0 where valid). Both gathers read views of one index row (one forced subgraph); the where is
+    written in f32 (pypto puts the implicit casts of a bf16 where outside the subgraph, a copy task per tile)."""
     q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
+    hd = q.shape[2]
     w, k = swa.shape[1], cidx.shape[1]
-    kt = int(spec.attrs["k_tile"])
-    scale = float(spec.attrs["scale"])
-    _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-    src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
-    blocks = (w + k) // kt
-    for j in range(blocks):
-        a, e = j * kt, (j + 1) * kt
-        straddle = a < w < e
-        pieces = []
-        for pool, ind, lo, hi in ((cache, swa, 0, w), (cmp_kv, cidx, w, w + k)):
-            s0, s1 = max(a, lo), min(e, hi)
-            if s0 < s1:
-                n = len(pieces)
-                ix = _pto_token_keys(src, pool, ind, r0, s0 - lo, s1 - s0, hd, f"kr{n}", straddle)
-                pieces.append((f"kr{n}", ix))
-        if len(pieces) == 1:
-            src(f"k2 = {pieces[0][0]}")
-            vx = pieces[0][1]
-        else:
-            _pto_set_tile(src, [kt, min(hd, 64)])
-            src(f"k2 = pypto.concat([{pieces[0][0]}, {pieces[1][0]}], 0)")
-            _pto_set_tile(src, [1, max(kt, 8)])
-            src(f"vx = pypto.concat([{pieces[0][1]}, {pieces[1][1]}], 1)")
-            vx = "vx"
-        _pto_set_tile(src, [1, max(kt, 8)])
-        src(f"vb = pypto.where(pypto.ge({vx}, 0.0), pypto.view({bias.name}, [1, {kt}], [{r0}, {a}]), -1.0)")
-        if not straddle:
-            src(f"anyk = pypto.amax({vx}, -1, keepdim=True)")
-        _pto_token_partial(hb, heads, hd, kt, scale, s_tile, tok * blocks + j + 1)
-        _pto_set_tile(src, [1, 1, max(heads, 8)])
-        for name, t in (("mi", m_out), ("li", l_out)):
-            src(f"pypto.assemble(pypto.reshape({name}, [1, 1, {heads}]), [{r0}, {j}, 0], {t.name})")
-        o_tile = [1, 1, max(1, min(heads, 2 * _PTO_TILE_ELEMS // hd)), hd]
-        if not straddle:  # zeroed in the store's copy; a where broadcasts one axis: the flag over the heads
-            _pto_set_tile(src, [1, 1, heads, 8])
-            src(f"keep = pypto.ge(pypto.expand_clone(pypto.reshape(anyk, [1, 1, 1, 1]), [1, 1, {heads}, 1]), "
-                "0.0)")
-            _pto_set_tile(src, o_tile)
-            src(f"oi4 = pypto.where(keep, pypto.reshape(oi, [1, 1, {heads}, {hd}]), 0.0)")
-        else:
-            _pto_set_tile(src, o_tile)
-            src(f"oi4 = pypto.reshape(oi, [1, 1, {heads}, {hd}])")
-        src(f"pypto.assemble(oi4, [{r0}, {j}, 0, 0], {o_out.name})")
+    _pto_set_tile(src, [1, max(w + k, 8)])
+    parts = [cast_expr(f"pypto.view({t.name}, [1, {n}], [{tok}, 0])", t.dtype, "f32") for t, n in ((swa, w), (cidx, k))]
+    src(f"ixa = pypto.concat([{parts[0]}, {parts[1]}], 1)")
+    src(f"va = pypto.where(pypto.ge(ixa, 0.0), pypto.view({bias.name}, [1, {w + k}], [{tok}, 0]), -1.0)")
+    for name, pool, lo, n in (("kw", cache, 0, w), ("kc", cmp_kv, w, k)):
+        d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles
+        while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+            d_tile //= 2
+        _pto_set_tile(src, [1, max(n, 8)])
+        src(f"ix = pypto.view(ixa, [1, {n}], [0, {lo}])")
+        src(f"ci = pypto.reshape({cast_expr('pypto.maximum(ix, 0.0)', 'f32', 'i32')}, [{n}])")
+        _pto_row_to_col(src, "ix", n, "okc")
+        _pto_set_tile(src, [n, d_tile])  # the whole index in one tile (see the template notes)
+        src(f"g = pypto.index_select({pool.name}, 0, ci)")
+        where = f"pypto.where(pypto.ge(okc, 0.0), {cast_expr('g', pool.dtype, 'f32')}, 0.0)"
+        src(f"{name} = {cast_expr(where, 'f32', pool.dtype)}")
+
+
+def _pto_csa_rows(t: dict, a: int, n: int, width: int) -> str:
+    """Rows a … a + n − 1 of the window | top-k concatenation of the [W, width] and [K, width] tensors t["w"],
+    t["c"]: a view, or the concat of two views for a block straddling the two lists."""
+    w = t["nw"]
+    pieces = [f"pypto.view({t[s]}, [{e - b}, {width}], [{b - lo}, 0])"
+              for s, lo, hi in (("w", 0, w), ("c", w, w + t["nc"])) for b, e in [(max(a, lo), min(a + n, hi))]
+              if b < e]
+    return pieces[0] if len(pieces) == 1 else f"pypto.concat([{', '.join(pieces)}], 0)"
 
 
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
-    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv], token by token
-    with 2-D cube matmuls (q [H, HD]; a batched matmul copies every batch slice in and out), _PTO_CSA_QK_ROWS tokens
-    per loop iteration: each k_tile block gathers its rows (`_pto_token_keys`; a block straddling the two lists
-    concatenates both gathers, masked), is masked where bias < 0 or index < 0, runs the tile partial
-    (`_pto_token_partial`) and is stored as item j (its o zeroed when the block has no index at all, in the
-    store's copy). qk_order only orders the work on the NPU (every item writes its own partial), so the values
-    do not depend on it."""
-    q = spec.operands[0]
-    heads, kt = q.shape[1], int(spec.attrs["k_tile"])
+    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
+    (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
+    (2-D cube matmuls on q reshaped in place, tiles of up to 256 key rows), one softmax task for all blocks (attn_pto
+    `_pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled through a
+    per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates their
+    rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives o = +0
+    like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so the
+    values do not depend on it."""
+    spec = spec.static()
+    q, _cache, swa, _cmp, cidx, _bias, _order = spec.operands
+    m_out, l_out, o_out = spec.results
+    ntok, heads, hd = q.shape
+    w, k = swa.shape[1], cidx.shape[1]
+    kt = int(spec.attrs["k_tile"])
+    nb = (w + k) // kt
+    scale = float(spec.attrs["scale"])
+    tile = _pto_key_tile(heads, kt)
+    br = _PTO_CSA_QK_ROWS
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_CSA_QK_ROWS, name="tok")
-    hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
-    hb.rows, hb.partial = heads, False
-    s_tile = _pto_token_tile(heads, kt)
-    with loop.loop():
-        _pto_token_rows(loop, lambda r0, tok: _pto_csa_token(src, spec, hb, r0, s_tile, tok))
+
+    def token(tok: str) -> None:
+        _pto_scope(src, 1)
+        _pto_csa_keys(src, spec, tok)
+        _pto_scope(src, -1)
+        for name, kn, n in (("sw", "kw", w), ("sc", "kc", k)):
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, heads, deep=True, tm_max=256)})")
+            src(f"{name} = pypto.matmul({kn}, pypto.view(qf, [{heads}, {hd}], [({tok}) * {heads}, 0]), "
+                "pypto.DT_FP32, b_trans=True)")
+        _pto_scope(src, 2)
+        mls = []
+        for j in range(nb):
+            _pto_set_tile(src, [1, max(kt, 8)])
+            src(f"vr1 = pypto.view(va, [1, {kt}], [0, {j * kt}])")
+            _pto_row_to_col(src, "vr1", kt, "vc")
+            _pto_set_tile(src, tile)
+            scores = _pto_csa_rows({"w": "sw", "c": "sc", "nw": w, "nc": k}, j * kt, kt, heads)
+            _pto_key_softmax(src, scores, heads, kt, scale, tile, f"pb{j}")
+            src(f"mr{j}, lr{j} = mr, lr")
+            mls.append(j)
+        for name, t in (("mr", m_out), ("lr", l_out)):
+            _pto_set_tile(src, [1, max(heads, 8)])
+            src(f'{name}w = pypto.tensor([{nb}, {heads}], {t.pto}, "{name}w")')
+            for j in mls:
+                src(f"pypto.assemble({name}{j}, [{j}, 0], {name}w)")
+            _pto_set_tile(src, [1, nb, max(heads, 8)])
+            src(f"pypto.assemble(pypto.reshape({name}w, [1, {nb}, {heads}], inplace=True), [{tok}, 0, 0], {t.name})")
+        _pto_scope(src, -1)
+        o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
+        src(f'ow = pypto.tensor([{nb * heads}, {hd}], {o_out.pto}, "ow")')
+        for j in range(nb):
+            keys = _pto_csa_rows({"w": "kw", "c": "kc", "nw": w, "nc": k}, j * kt, kt, hd)
+            if keys.startswith("pypto.concat"):
+                _pto_set_tile(src, [kt, min(hd, 64)])
+                src(f"kb = {keys}")
+                keys = "kb"
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, kt, hd, deep=True)})")
+            src(f"oi = pypto.matmul(pb{j}, {keys}, pypto.DT_FP32, a_trans=True)")
+            _pto_set_tile(src, o_tile)
+            src(f"pypto.assemble(oi, [{j * heads}, 0], ow)")
+        _pto_set_tile(src, [1, 1] + o_tile)
+        src(f"pypto.assemble(pypto.reshape(ow, [1, {nb}, {heads}, {hd}], inplace=True), [{tok}, 0, 0, 0], "
+            f"{o_out.name})")
+
+    def flat() -> None:
+        src(f"qf = pypto.reshape({q.name}, [{ntok * heads}, {hd}], inplace=True)")
+
+    if ntok >= br:
+        with src.block(f'for blk in pypto.loop(0, {ntok // br}, 1, name="tok_loop", idx_name="blk"):'):
+            flat()
+            for u in range(br):
+                token(f"blk * {br} + {u}")
+    if ntok % br:
+        with src.block(f'for r1 in pypto.loop({ntok // br * br}, {ntok}, 1, name="tail_loop", idx_name="r1"):'):
+            flat()
+            token("r1")
     return src.text()
 
 
