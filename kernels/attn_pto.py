@@ -30,8 +30,8 @@ def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128
     """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
     L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
     steps), so wide tiles mean few tasks. `deep`: the L1 k tile as many L0 k steps as the A and B slices fit in
-    L1 (each L1 step is a fixed-latency reload from global memory in pypto's cost model); `tm_max`: up to 256
-    rows of m in one L0C tile."""
+    L1 (each L1 step is a fixed-latency reload from global memory in pypto's cost model); `tm_max`: more rows of m
+    in one L0C tile (up to 512 for a narrow n)."""
     tm = min(tm_max, max(16, -(-m // 16) * 16))
     tn = min(512, max(16, -(-n // 16) * 16))
     while tm * tn * 4 > 128 * 1024 and tn > 16:
@@ -95,10 +95,10 @@ class _PtoWindowAttn:
     at random). Cost (pypto's cost model): a task costs its core about one AICPU polling round (~2–4 µs) and a
     dependency edge 390 AICPU cycles, so the loop body has no per-token `if` (blocks of _PTO_QK_ROWS tokens, then
     single tokens), each token's validity is read inside its softmax task, and a single-tile window pairs two
-    tokens in one q·Kᵀ task and one softmax task (their validity rows one op) ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
-    the off-diagonal products are never read). o goes through a 2-D workspace reshaped in place to 3-D
-    (reshaping the matmul result itself costs a copy task; assembling into an in-place reshape of the output is
-    dropped by pypto)."""
+    tokens in one q·Kᵀ task ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
+    the off-diagonal products are never read) and one softmax task (their validity rows are one op). o goes
+    through a 2-D workspace reshaped in place to 3-D (reshaping the matmul result itself costs a copy task;
+    assembling into an in-place reshape of the output is dropped by pypto)."""
 
     def __init__(self, src: Src, q, rows, outs, k_tile: int, scale: float, valid_row):
         self.src, self.q, self.rows, self.valid_row = src, q, rows, valid_row
@@ -252,7 +252,8 @@ class _PtoGroupMerge:
         src, n, g = self.src, self.n, self.groups
         nb = -(-self.ntok // n)
         with src.block(f'for blk in pypto.loop(0, {nb * g}, 1, name="grp_loop", idx_name="blk"):'):
-            src(f"t0 = {f'blk // {g} * {n}' if nb * n == self.ntok else f'pypto.min(blk // {g} * {n}, {self.ntok - n})'}")
+            t0 = f"blk // {g} * {n}"
+            src(f"t0 = {t0 if nb * n == self.ntok else f'pypto.min({t0}, {self.ntok - n})'}")
             src(f"gg = blk % {g}")
             src(f"h0 = gg * {self.hg}")
             _pto_scope(src, 1)
@@ -311,7 +312,8 @@ class _PtoGroupMerge:
 
     def merge_head(self, i: int, oi: str) -> None:
         """o_acc ← ea·o_acc + eb·oi for item i (the factors spread over HD)."""
-        self.src(f"o_acc = pypto.add(pypto.mul({self.spread(f'ea{i}')}, o_acc), pypto.mul({self.spread(f'eb{i}')}, {oi}))")
+        ea, eb = self.spread(f"ea{i}"), self.spread(f"eb{i}")
+        self.src(f"o_acc = pypto.add(pypto.mul({ea}, o_acc), pypto.mul({eb}, {oi}))")
 
     def normalize_head(self) -> None:
         self.src(f"y = pypto.div(o_acc, {self.spread('den')})")

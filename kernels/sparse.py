@@ -349,12 +349,12 @@ def _pto_csa_rows(t: dict, a: int, n: int, width: int) -> str:
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
     (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
-    (2-D cube matmuls on q reshaped in place, tiles of up to 256 key rows), one softmax task for all blocks (attn_pto
-    `_pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled through a
-    per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates their
-    rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives o = +0
-    like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so the
-    values do not depend on it."""
+    (2-D cube matmuls on q reshaped in place, one L0C tile of up to 512 key rows), one softmax task for all blocks
+    (attn_pto `_pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled
+    through a per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates
+    their rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives
+    o = +0 like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so
+    the values do not depend on it."""
     spec = spec.static()
     q, _cache, swa, _cmp, cidx, _bias, _order = spec.operands
     m_out, l_out, o_out = spec.results
@@ -372,7 +372,7 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
         _pto_csa_keys(src, spec, tok)
         _pto_scope(src, -1)
         for name, kn, n in (("sw", "kw", w), ("sc", "kc", k)):
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, heads, deep=True, tm_max=256)})")
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, heads, deep=True, tm_max=512)})")
             src(f"{name} = pypto.matmul({kn}, pypto.view(qf, [{heads}, {hd}], [({tok}) * {heads}, 0]), "
                 "pypto.DT_FP32, b_trans=True)")
         _pto_scope(src, 2)
@@ -546,7 +546,8 @@ def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
         src(f"zero = pypto.full([{n}, 1, {tw}], 0.0, pypto.DT_FP32)")
         _pto_set_tile(src, [tr, th, tw])
         src("y = pypto.transpose(x, 1, 2)")
-        src(f"y = {cast_expr(f'pypto.sub({cast_expr(chr(121), rows.dtype, chr(102) + chr(51) + chr(50))}, zero)', 'f32', out.dtype)}")
+        y32 = cast_expr("y", rows.dtype, "f32")
+        src(f"y = {cast_expr(f'pypto.sub({y32}, zero)', 'f32', out.dtype)}")
         src(f"pypto.assemble(y, [t0, 0, 0], {out.name})")
         _pto_scope(src, -1)
     return src.text()
