@@ -233,7 +233,6 @@ def _pto_pairwise_sum(blk: _PtoBlock, x: str, lead, n: int, out: str, wide_tile,
     def blocks128(nb: int) -> str:
         """n = 128·nb with nb a power of two: numpy halves down to nb equal 128-blocks, so their 8-wide
         accumulators run side by side on a [*lead, nb, 128] reshape, then the blocks add as a balanced tree."""
-        k = len(lead)
         shape4 = list(lead) + [nb, 128]
         _pto_set_tile(src, _pto_lead_tile(lead, max(1, 2048 // (nb * 8))) + [nb, 128])
         xr, acc, bs = fresh(), fresh(), fresh()

@@ -261,7 +261,8 @@ def _attn_inputs(g, rng):
     lens[3] = 0                                       # a token with no valid row: m = −1e20, l = 0, o = 0
     idx[rng.random((t, 32)) < 0.1] = -1
     bias = np.where(np.arange(32)[None, :] < lens[:, None], 0.0, -1e20).astype(np.float32)
-    return {"q": rng.standard_normal((t, 4, 64)).astype(np.float32),
+    heads = g.params[0].type.concrete_shape(g.env)[1]
+    return {"q": rng.standard_normal((t, heads, 64)).astype(np.float32),
             "rows": rng.standard_normal((t, 32, 64)).astype(np.float32), "bias": bias, "idx": idx}
 
 
@@ -327,6 +328,17 @@ EDGES = {
         "graph @k<T = 10>(%q: bf16[T,4,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
         "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 16}"
         " : f32[T,4], f32[T,4], f32[T,4,64]\n  return %m, %l, %o\n}\n", make_inputs=_attn_inputs)),
+    # a single-tile window (the flash form): token pairs share one q·Kᵀ task; T = 11: one block of 8, a tail of 3
+    "qk_pv_one_tile_pairs": ("qk_pv", Case(
+        "graph @k<T = 11>(%q: bf16[T,8,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
+        "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 32}"
+        " : f32[T,8], f32[T,8], f32[T,8,64]\n  return %m, %l, %o\n}\n", make_inputs=_attn_inputs)),
+    # 40 tokens: a 32-token block, then the last block moved back to end at T (rows 8..31 written twice, the same)
+    "merge_norm_moved_back_block": ("merge_norm", Case(
+        "graph @k<T = 40>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
+        " %s: bf16[T,16]) {\n"
+        "  %y = merge_norm(%m, %l, %o, %sink, %c, %s) {o_groups = 2} : bf16[2,T,256]\n  return %y\n}\n",
+        make_inputs=_merge_inputs)),
     "merge_norm_masked_token": ("merge_norm", Case(
         "graph @k<T = 11>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
         " %s: bf16[T,16]) {\n"
@@ -357,6 +369,8 @@ def test_edge_cases_reach_what_they_claim(edge_batch):
     assert (rows[(idx >= 0) & (idx % 7 == 0)] == 0x8000).all() and (rows[idx < 0] == 0).all()
     _, job, _ = edge_batch["qk_pv_two_tiles_masked"]
     assert job.goldens["m"][3].max() == np.float32(-1e20) and not job.goldens["o"][3].any()
+    _, job, _ = edge_batch["qk_pv_one_tile_pairs"]
+    assert job.goldens["m"][3].max() == np.float32(-1e20) and (job.inputs["indices"] < 0).any()
     _, job, res = edge_batch["merge_norm_masked_token"]
     assert not job.goldens["out"][:, 4].astype(np.float32).any()
 
