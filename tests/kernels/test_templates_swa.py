@@ -1,14 +1,15 @@
 """pypto 0.2.0 templates of the decode-swa (TP1) op kinds, run through the harness against the numpy references.
 
-Three batches, each one `run_jobs` call (full mode: SIM + pass-verify with our CPU-numerics fix):
+Two batches, each one `run_jobs` call (full mode: SIM + pass-verify with our CPU-numerics fix):
 
 * **layer**: every task of the tiny TP1 decode-swa layer whose op kind is templated in kernels/qkv.py or
   kernels/attention.py, on its actual shapes and its actual data (the layer's seeded inputs, the earlier
   tasks run by the numpy executor);
 * **edges**: single-op graphs (tests/lowering/pypto_cases.py) for what the layer data does not reach: partial
   row blocks (T not a multiple of the block), the flash widths (1024, 512: the 128-block pairwise sums),
-  −1 and duplicate cache slots, −1 window indices anywhere, fully masked tokens, k_tile < window (the merge);
-* **flash**: every templated task of the flash TP4 decode-swa layer compiles to the execute graph (compile mode).
+  −1 and duplicate cache slots, −1 window indices anywhere, fully masked tokens, k_tile < window (the merge).
+
+That every task of the flash TP4 layer compiles to the execute graph is tests/lowering/test_pypto_flash_compile.py's.
 
 Comparisons (res.ok, inputs untouched, and pypto's own tensor-graph + 6 default pass-verify rows all PASS):
 
@@ -373,16 +374,3 @@ def test_edge_cases_reach_what_they_claim(edge_batch):
     assert job.goldens["m"][3].max() == np.float32(-1e20) and (job.inputs["indices"] < 0).any()
     _, job, res = edge_batch["merge_norm_masked_token"]
     assert not job.goldens["out"][:, 4].astype(np.float32).any()
-
-
-# ---- batch 3: the flash TP4 shapes compile -------------------------------------------------------------------
-def test_flash_tp4_swa_kernels_compile():
-    from dspark_ir import layers
-    from lowering import build_task_graph
-    from lowering.pypto_exec import check_kernels
-
-    tg = build_task_graph(layers.build("decode-swa", config="flash", tp=4))
-    ids = [t.id for t in tg.tasks if t.op in SWA_OPS]
-    assert sorted({tg.tasks[i].op for i in ids}) == sorted(SWA_OPS)
-    runs = check_kernels(tg, "compile", tasks=ids)
-    assert len(runs) == len(ids) and all(r.ok for r in runs), [f"{r.name}: {r.error}" for r in runs if not r.ok]
