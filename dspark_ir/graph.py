@@ -752,9 +752,10 @@ def _insert_sink(order: list[Node], node: Node) -> list[Node]:
     after all its predecessors, whose node has a larger seq key (there the heap would pop `node` first)."""
     preds = {v.producer.name for v in (*node.operands, *node.deps) if v.producer is not None}
     start = 0
-    for i, n in enumerate(order):
-        if n.name in preds:
+    for i in range(len(order) - 1, -1, -1):     # the last predecessor, looked for from the end: the
+        if order[i].name in preds:              # predecessors of a new node are usually recent nodes
             start = i + 1
+            break
     for i in range(start, len(order)):
         if node.seq < order[i].seq:
             return order[:i] + [node] + order[i:]
