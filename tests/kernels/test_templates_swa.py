@@ -297,6 +297,12 @@ EDGES = {
         "graph @k<T = 9>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
         "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64} : bf16[T,64,512]\n"
         "  return %q\n}\n")),
+    # the flash rank's heads on cyclic workers (dequant-workers): T = 17, two groups of 8 tokens whose 16 head chains
+    # split into ceil(7 / 2) = 4 forced subgraphs each (4 + 4 + 4 + 4 chains), one tail token
+    "qproj_flash_workers": ("qproj_dequant_rms_nope_rope", Case(
+        "graph @k<T = 17>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
+        "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64, workers = 7, blocks = 7}"
+        " : bf16[T,64,512]\n  return %q\n}\n")),
     # two 128-blocks per head (the chained body's block tree), T = 10: one group of 8 tokens and two tail tokens
     "qproj_two_blocks": ("qproj_dequant_rms_nope_rope", Case(
         "graph @k<T = 10>(%acc: i32[T,2048], %sa: f32[T], %sw: f32[2048], %c: bf16[T,32], %s: bf16[T,32]) {\n"
