@@ -102,6 +102,7 @@ class Graph:
         self._ancestors: dict[str, frozenset[str]] = {}   # recent ancestors() answers (see there)
         self._by_op: dict[str, set[str]] | None = None     # op → names of its nodes
         self._attr_keys: dict[int, tuple] = {}    # id(attrs) → (attrs, names, values, key): see attr_key
+        self._attr_pool: dict[tuple, tuple] = {}  # one shared copy of each remembered key and name tuple
 
     # ---- construction -----------------------------------------------------------------------
     @property
@@ -480,6 +481,11 @@ class Graph:
         names, values = tuple(attrs), tuple(attrs.values())
         key = tuple(sorted(zip(names, map(format_attr_value, values))))
         if all(map(_immutable, values)):
+            # The layers repeat: the model's ~8000 nodes have ~600 distinct keys and ~60 distinct name tuples.
+            # Remembering one copy of each keeps ~45 000 small tuples out of memory (and out of every gc pass
+            # over the graph); the keys compare by value, so which copy is returned makes no difference.
+            key = self._attr_pool.setdefault(key, key)
+            names = self._attr_pool.setdefault(names, names)
             self._attr_keys[id(attrs)] = (attrs, names, values, key)   # holds attrs: its id stays its own
         return key
 
@@ -746,9 +752,10 @@ def _insert_sink(order: list[Node], node: Node) -> list[Node]:
     after all its predecessors, whose node has a larger seq key (there the heap would pop `node` first)."""
     preds = {v.producer.name for v in (*node.operands, *node.deps) if v.producer is not None}
     start = 0
-    for i, n in enumerate(order):
-        if n.name in preds:
+    for i in range(len(order) - 1, -1, -1):     # the last predecessor, looked for from the end: the
+        if order[i].name in preds:              # predecessors of a new node are usually recent nodes
             start = i + 1
+            break
     for i in range(start, len(order)):
         if node.seq < order[i].seq:
             return order[:i] + [node] + order[i:]

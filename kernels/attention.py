@@ -114,19 +114,19 @@ def merge_norm(m, l, o, sink, cos_il, sin_signed, *, o_groups, **_):
 #   right). A group past the last row is moved back to end there (rewriting rows of an earlier group with the
 #   same values; no `if` per token: pypto's compile time grows with the body's paths, > 10 min for 16 tokens),
 #   partial only when rows < n.
-# * qk_pv: token by token with 2-D cube matmuls (kernels/attn_pto.py `_pto_token_partial`: q·Kᵀ, then bf16(p)·K;
-#   a batched matmul would copy every batch slice in and out), one k_tile of the token's window rows at a time,
-#   valid where index ≥ 0 and bias ≥ 0, the reference's mask/exp order, l in numpy's pairwise order, the tiles
-#   merged in order. The matmuls accumulate in f32 where the reference rounds an f64 sum once, so s, m, l, o
-#   agree to f32 rounding (not bitwise).
-# * merge_norm: kernels/attn_pto.py `_PtoMerge` on row blocks of 16 tokens: o / (l + exp(sink − m)) in f32, the
-#   inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap index, one bf16 rounding, heads packed
-#   group-major with one assemble per group. Bitwise the reference's on CPU except where the calculator's exp
-#   (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on rare points).
+# * qk_pv: kernels/attn_pto.py `_PtoWindowAttn` (2-D cube matmuls on in-place 2-D reshapes of q and kv_rows,
+#   key-major sᵀ = K·qᵀ so m, l come out as rows; token pairs share one q·Kᵀ task when the window is one tile),
+#   one k_tile of the token's window rows at a time, valid where index ≥ 0 and bias ≥ 0, the reference's
+#   mask/exp order, l in numpy's pairwise order, the tiles merged in order. The matmuls accumulate in f32 where
+#   the reference rounds an f64 sum once, so s, m, l, o agree to f32 rounding (not bitwise).
+# * merge_norm: kernels/attn_pto.py `_PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
+#   o / (l + exp(sink − m)) in f32, the inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap
+#   index, one bf16 rounding, each head assembled straight into its place of the group-major pack. Bitwise the
+#   reference's on CPU except where the calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on
+#   rare points).
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
-from .attn_pto import (_PTO_MERGE_ROWS, _PTO_QK_ROWS, _PTO_TILE_ELEMS, _pto_head_tile,  # noqa: E402
-                       _pto_token_partial, _pto_token_rows, _pto_token_tile, _PtoMerge)
-from .qkv import _PtoBlock, _pto_scope, _pto_set_tile, _pto_swap_index  # noqa: E402
+from .attn_pto import _PtoGroupMerge, _PtoWindowAttn  # noqa: E402
+from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -212,65 +212,36 @@ def pypto_swa_gather_kv(spec: KernelSpec) -> str:
 
 
 def pypto_qk_pv(spec: KernelSpec) -> str:
+    spec = spec.static()  # see _PtoWindowAttn
     q, rows, bias, idx = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
-    window = rows.shape[1]
-    k_tile = int(spec.attrs.get("k_tile") or window)
-    tiles = range(0, window, k_tile)
-    scale = float(spec.attrs["scale"])
+    k_tile = int(spec.attrs.get("k_tile") or rows.shape[1])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
-    hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
-    hb.rows, hb.partial = heads, False
-    s_tile = _pto_token_tile(heads, k_tile)
-    o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
 
-    def token(r0: str, tok: int) -> None:
-        _pto_set_tile(src, [1] + o_tile)
-        src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
-        for i, a in enumerate(tiles):
-            _pto_set_tile(src, [1] + _pto_head_tile(1, k_tile, hd, 2 * _PTO_TILE_ELEMS)[1:])
-            src(f"k2 = pypto.reshape(pypto.view({rows.name}, [1, {k_tile}, {hd}], [{r0}, {a}, 0]), [{k_tile}, {hd}])")
-            _pto_set_tile(src, [1, max(k_tile, 8)])
-            ix = cast_expr(f"pypto.view({idx.name}, [1, {k_tile}], [{r0}, {a}])", idx.dtype, "f32")
-            src(f"vb = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [1, {k_tile}], [{r0}, {a}]), -1.0)")
-            _pto_token_partial(hb, heads, hd, k_tile, scale, s_tile, tok * len(tiles) + i + 1)
-            if i == 0:
-                src("m_acc, l_acc, o_acc = mi, li, oi")
-                continue
-            _pto_set_tile(src, [heads, 8])  # the running merge, [H, 1] columns broadcast over HD
-            src("big = pypto.maximum(m_acc, mi)")
-            src("ea = pypto.exp(pypto.sub(m_acc, big))")
-            src("eb = pypto.exp(pypto.sub(mi, big))")
-            src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
-            src("m_acc = big")
-            _pto_set_tile(src, o_tile)
-            src("o_acc = pypto.add(pypto.mul(ea, o_acc), pypto.mul(eb, oi))")
-        _pto_set_tile(src, [1, max(heads, 8)])
-        for name, t in (("m_acc", m_out), ("l_acc", l_out)):
-            src(f"pypto.assemble(pypto.reshape({name}, [1, {heads}]), [{r0}, 0], {t.name})")
-        _pto_set_tile(src, [1] + o_tile)
-        src(f"pypto.assemble(pypto.reshape(o_acc, [1, {heads}, {hd}]), [{r0}, 0, 0], {o_out.name})")
+    def valid_row(tok: str, a: int, n: int, r: int) -> None:
+        ix = cast_expr(f"pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])", idx.dtype, "f32")
+        src(f"vr = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [{r}, {n}], [{tok}, {a}]), -1.0)")
 
-    with loop.loop():
-        _pto_token_rows(loop, token)
+    _PtoWindowAttn(src, q, rows, spec.results, k_tile, float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
 
 
 def pypto_merge_norm(spec: KernelSpec) -> str:
+    spec = spec.static()  # see _PtoGroupMerge
     m, l, o, sink, cos_il, sin_signed = spec.operands
     out = spec.results[0]
-    _, heads, hd = o.shape
+    ntok, heads, hd = o.shape
     src = Src(spec.signature())
-    _pto_swap_index(src, cos_il.shape[1], "swi")
-    loop = RowLoop(src, o, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, o)
-    mg = _PtoMerge(blk, [blk.rows], heads, hd)
-    with loop.loop():
-        mg.load_state(m, l, o)
-        mg.sink_normalize(sink)
-        mg.derotate_pack(cos_il, sin_signed, "swi", out, int(spec.attrs["o_groups"]))
+    src(f"o2 = pypto.reshape({o.name}, [{ntok}, {heads * hd}], inplace=True)")
+    src(f"sink2 = pypto.reshape({sink.name}, [1, {heads}], inplace=True)")
+    mg = _PtoGroupMerge(src, ntok, heads, hd, int(spec.attrs["o_groups"]))
+    with mg.blocks():
+        mg.load_state(mg.cols(m.name), mg.cols(l.name))
+        mg.denominator("sink2")
+        mg.tables(cos_il, sin_signed, None)
+        for j in mg.head_loop():
+            src(f"o_acc = {mg.head('o2', f'(h0 + {j}) * {hd}')}")
+            mg.normalize_head()
+            mg.pack_head(j, cos_il.shape[1], out)
     return src.text()
 
 

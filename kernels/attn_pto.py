@@ -1,18 +1,21 @@
 """pypto 0.2.0 building blocks shared by the attention templates (kernels/attention.py for SWA, kernels/sparse.py
-for CSA and HCA): one token's key gather and tile partial with 2-D cube matmuls, and the row-block merge, sink
-normalisation, inverse RoPE and group-major pack. The numerics they emit are those of kernels/sparse.py's
-module docstring (dsv4-math §6.2); the cost reasoning is in its template section.
+for CSA and HCA): the key-major tile partial of one token's key tile with 2-D cube matmuls and the window
+partials built on it (`_PtoWindowAttn`), and the head-group merge, sink normalisation, inverse RoPE and
+group-major pack (`_PtoGroupMerge`). The numerics they emit are those of kernels/sparse.py's module docstring
+(dsv4-math §6.2); the cost reasoning is in the class docstrings and in kernels/sparse.py's template section.
 """
 from __future__ import annotations
 
-from ._pypto import RowLoop, Src, cast_expr, py_list
-from .qkv import _pto_divisor, _pto_pairwise_sum, _pto_scope, _pto_set_tile
+from contextlib import contextmanager
+from typing import Iterator
+
+from ._pypto import Src, cast_expr
+from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile, _pto_swap_index
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
 _PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
-_PTO_MERGE_ROWS = 16     # tokens per loop iteration of the merges and packs
-_PTO_QK_ROWS = 8         # tokens per loop iteration of one-tile-per-token partials (SWA, HCA raw window)
-_PTO_CSA_QK_ROWS = 4     # the same for CSA's window + top-k tiles (5 per token: an iteration's graph is 5× larger)
+_PTO_QK_ROWS = 4         # tokens per loop iteration of the window partials (SWA, HCA raw window): two pairs
+_PTO_CSA_QK_ROWS = 4     # tokens per loop iteration of the CSA partials
 
 
 def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:
@@ -20,208 +23,336 @@ def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELE
     return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
 
 
-def _pto_cube_wide(m: int, k: int, n: int) -> str:
+_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
+
+
+def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128) -> str:
     """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
     L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
-    steps), so wide tiles mean few tasks."""
-    tm = min(128, max(16, -(-m // 16) * 16))
+    steps), so wide tiles mean few tasks. `deep`: the L1 k tile as many L0 k steps as the A and B slices fit in
+    L1 (each L1 step is a fixed-latency reload from global memory in pypto's cost model); `tm_max`: more rows of m
+    in one L0C tile (up to 512 for a narrow n)."""
+    tm = min(tm_max, max(16, -(-m // 16) * 16))
     tn = min(512, max(16, -(-n // 16) * 16))
     while tm * tn * 4 > 128 * 1024 and tn > 16:
         tn //= 2
+    while tm * tn * 4 > 128 * 1024 and tm > 16:
+        tm //= 2
     tk = min(512, max(16, -(-k // 16) * 16))
     while (tm * tk * 2 > 64 * 1024 or tk * tn * 2 > 64 * 1024) and tk > 16:
         tk //= 2
-    return f"[{tm}, {tm}], [{tk}, {tk}], [{tn}, {tn}]"
+    tk1 = tk
+    while deep and tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 4 <= _PTO_L1_BYTES:
+        tk1 *= 2
+    return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
 
 
-def _pto_token_keys(src: Src, cache, ind, r0: str, lo: int, width: int, hd: int, out: str, masked: bool) -> str:
-    """`out` [width, HD] = the rows cache[idx] of one token's key list idx = ind[r0, lo:lo+width] (1-D index,
-    2-D result); returns the name of f32(idx) [1, width]. The index_select never sees a −1:
-    * `masked`: the reference's `_gather` (−1 rows zero): clamped max(idx, 0), then where(idx ≥ 0, row, 0);
-    * else: a −1 reads the row of the list's largest index (a real row, so finite data that its zero softmax
-      weight cancels exactly), 0 when the list is empty; the caller zeroes the partial of a key tile without
-      any index, so no pass over the rows is needed."""
-    ix = f"{out}_ix"
-    _pto_set_tile(src, [1, max(width, 8)])
-    src(f"{ix} = {cast_expr(f'pypto.view({ind.name}, [1, {width}], [{r0}, {lo}])', 'i32', 'f32')}")
-    if masked:
-        src(f"ifl = pypto.maximum({ix}, 0.0)")
-    else:
-        src(f"imx = pypto.amax({ix}, -1, keepdim=True)")
-        src(f"ifl = pypto.maximum(pypto.where(pypto.ge({ix}, 0.0), {ix}, pypto.expand_clone(imx, [1, {width}])), "
-            "0.0)")
-    src(f"ci = pypto.reshape({cast_expr('ifl', 'f32', 'i32')}, [{width}])")
-    d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles (cost-model failure above)
-    while width * d_tile * 2 > (32 if masked else 128) * 1024 and d_tile % 2 == 0 and d_tile > 16:
-        d_tile //= 2
-    if masked:
-        _pto_set_tile(src, [width, 8])
-        src(f"okc = pypto.reshape({ix}, [{width}, 1])")
-        _pto_set_tile(src, [width, d_tile])
-        src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        src(f"{out} = {cast_expr('pypto.where(pypto.ge(okc, 0.0), g, 0.0)', 'f32', cache.dtype)}")
-    else:
-        _pto_set_tile(src, [width, d_tile])
-        src(f"{out} = pypto.index_select({cache.name}, 0, ci)")
-    return ix
+def _pto_key_tile(heads: int, width: int) -> list[int]:
+    """The [width, H] tile of the key-major softmax: every key row (its reductions run over them), as many heads
+    as _PTO_TILE_ELEMS allows (a 32-byte last dim at least)."""
+    cols = heads if width * heads <= _PTO_TILE_ELEMS else _pto_divisor(heads, max(8, _PTO_TILE_ELEMS // width))
+    return [width, max(cols, 8)]
 
 
-def _pto_token_partial(hb, heads: int, hd: int, width: int, scale: float, s_tile, scope: int) -> None:
-    """(mi [H, 1], li [H, 1], oi [H, HD]) = tile_partial of one token's key tile k2 [width, HD] (bf16) for its
-    query q2 [H, HD], valid where vb [1, width] ≥ 0: s = q·Kᵀ (2-D cube matmul, f32 accumulation), s·scale →
-    −1e20 where not valid, m = rowmax, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp,
-    o = bf16(p)·K. The softmax chain is one forced subgraph (`scope`)."""
-    src = hb.src
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, hd, width)})")
-    src("s = pypto.matmul(q2, k2, pypto.DT_FP32, b_trans=True)")
-    _pto_set_tile(src, s_tile)
-    _pto_scope(src, scope)
-    src(f"ok = pypto.ge(pypto.expand_clone(vb, [{heads}, {width}]), 0.0)")
-    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
-    src("mi = pypto.amax(s, -1, keepdim=True)")
-    src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
-    _pto_pairwise_sum(hb, "p", [heads], width, "li", s_tile)
-    src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
-    _pto_scope(src, -1)
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, width, hd)})")
-    src("oi = pypto.matmul(pb, k2, pypto.DT_FP32)")
+def _pto_row_to_col(src: Src, row: str, n: int, col: str) -> None:
+    """`col` [n, 1] = the f32 [1, n] row `row` as a column: broadcast to [8, n], transposed, its first column
+    (inside the UB: a view of a row block, unlike a reshape of [1, n] to [n, 1])."""
+    _pto_set_tile(src, [8, max(n, 8)])
+    src(f"{col}8 = pypto.transpose(pypto.expand_clone({row}, [8, {n}]), 0, 1)")
+    _pto_set_tile(src, [n, 8])
+    src(f"{col} = pypto.view({col}8, [{n}, 1], [0, 0])")
 
 
-def _pto_token_tile(heads: int, width: int) -> list[int]:
-    """The [H, width] softmax tile: all columns, as many heads as _PTO_TILE_ELEMS allows."""
-    tile = [heads, max(width, 8)]
-    while tile[0] * tile[1] > _PTO_TILE_ELEMS and tile[0] % 2 == 0:
-        tile[0] //= 2
-    return tile
+def _pto_key_softmax(src: Src, st: str, heads: int, width: int, scale: float, tile, pb: str) -> None:
+    """The key-major softmax of one token's key tile: (mr [1, H], lr [1, H], `pb` bf16 [width, H]) from the scores
+    `st` = K·qᵀ [width, H] (f32), valid where vc [width, 1] ≥ 0: ·scale → −1e20 where not valid, m = the max over
+    the key rows, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp over the key rows (adds of aligned
+    row views: nothing goes through global memory), bf16(p) for the P·V matmul. m and l come out as [1, H]
+    rows, the layout of the m, l outputs."""
+    _pto_set_tile(src, tile)
+    src(f"ok = pypto.ge(pypto.expand_clone(vc, [{width}, {heads}]), 0.0)")
+    src(f"st = pypto.where(ok, pypto.mul({st}, {scale!r}), {_PTO_NEG!r})")
+    src("mr = pypto.amax(st, 0, keepdim=True)")
+    src("pt = pypto.where(ok, pypto.exp(pypto.sub(st, mr)), 0.0)")
+    _pto_set_tile(src, [8, tile[1]])
+    rows = _pto_pairwise_tree(src, _pto_namer("ps"), lambda t, off, k: f"pypto.view({t}, [{k}, {heads}], [{off}, 0])",
+                              "pt", 0, width)
+    src(f"lr = {rows}")
+    _pto_set_tile(src, tile)
+    src(f"{pb} = pypto.cast(pt, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
 
 
-def _pto_token_rows(loop: RowLoop, emit) -> None:
-    """The loop block's tokens one by one (`emit(r0, tok)`; 2-D matmuls per token), the tail guarded."""
-    for tok in range(loop.block_rows):
-        r0 = f"r0 + {tok}" if loop.looped else str(tok)
-        if loop.partial and tok:
-            with loop.src.block(f"if {tok} < valid:"):
-                emit(r0, tok)
-        else:
-            emit(r0, tok)
+class _PtoWindowAttn:
+    """The per-token attention partials (m, l [T, H], o [T, H, HD]) of q [T, H, HD] over each token's own key rows
+    rows [T, W, HD] (SWA qk_pv, the HCA raw window), in k_tile-wide tiles merged in order, as 2-D cube matmuls
+    on in-place 2-D reshapes of q and rows (a view reshaped to another rank is a copy through global memory),
+    key-major: sᵀ = K·qᵀ [W, H], so the softmax reduces over rows and m, l are [1, H] rows of the outputs, then
+    o = bf16(p)ᵀ·K. `valid_row(tok, a, n, rows)` emits `vr` [rows, n] (f32, ≥ 0 where key a + j of token tok + r is
+    valid).
 
+    The kernel is static in T (callers pass `spec.static()`): pypto 0.2.0 mis-aligns an in-place reshape that
+    merges a dynamic axis (its SplitReshape pass reads past its aligned shape; the compile-only pipeline fails
+    at random). Cost (pypto's cost model): a task costs its core about one AICPU polling round (~2–4 µs) and a
+    dependency edge 390 AICPU cycles, so the loop body has no per-token `if` (blocks of _PTO_QK_ROWS tokens, then
+    single tokens), each token's validity is read inside its softmax task, and a single-tile window pairs two
+    tokens in one q·Kᵀ task ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
+    the off-diagonal products are never read) and one softmax task (their validity rows are one op). o goes
+    through a 2-D workspace reshaped in place to 3-D (reshaping the matmul result itself costs a copy task;
+    assembling into an in-place reshape of the output is dropped by pypto)."""
 
-# Row blocks of _PTO_MERGE_ROWS tokens, no forced subgraph: every [rows, H, HD] op runs on tiles of
-# [rows, heads-slice, HD] (the rows of a block never split), so pypto fuses each tile's chain of
-# element-wise ops into one task and the blocks' tasks run side by side on the vector cores.
-class _PtoMerge:
-    """Shapes of a merge: the state lives in `lead` = [rows] (the HCA stream state [T, H(, HD)]) or [rows, 1]
-    (the CSA partials [T, n, H(, HD)], merged in the partials' own rank: reshaping a view to another rank is a
-    copy through global memory, and adding a unit axis to one is very slow in pypto 0.2.0)."""
+    def __init__(self, src: Src, q, rows, outs, k_tile: int, scale: float, valid_row):
+        self.src, self.q, self.rows, self.valid_row = src, q, rows, valid_row
+        self.m_out, self.l_out, self.o_out = outs
+        self.ntok, self.heads, self.hd = q.shape
+        self.window = rows.shape[1]
+        self.k_tile, self.scale = k_tile, scale
+        self.tiles = list(range(0, self.window, k_tile))
+        w, h = self.window, self.heads
+        self.pair = len(self.tiles) == 1 and h % 8 == 0 and 2 * w <= 256 and 4 * w * h * 4 <= 128 * 1024
+        self.tile = _pto_key_tile(h, k_tile)
+        self.o_tile = _pto_head_tile(1, h, self.hd, 2 * _PTO_TILE_ELEMS)[1:]
+        self.scope = 0
 
-    def __init__(self, blk, lead: list[int], heads: int, hd: int):
-        self.blk, self.src, self.lead, self.heads, self.hd = blk, blk.src, lead, heads, hd
-        br = blk.rows
-        self.h_shape = lead + [heads]
-        self.o_shape = lead + [heads, hd]
-        self.h_tile = lead + [max(heads, 8)]
-        self.o_tile = lead + _pto_head_tile(br, heads, hd)[1:]
-        self.c_tile = lead + [heads, 8]          # [.., H, 1] columns broadcast over HD
+    def emit(self) -> None:
+        src, n, br = self.src, self.ntok, _PTO_QK_ROWS
+        if n >= br:
+            with src.block(f'for blk in pypto.loop(0, {n // br}, 1, name="tok_loop", idx_name="blk"):'):
+                self._flat()
+                for t in range(0, br, 2 if self.pair else 1):
+                    if self.pair:
+                        self._pair(f"blk * {br} + {t}")
+                    else:
+                        self._token(f"blk * {br} + {t}")
+        if n % br:
+            with src.block(f'for r1 in pypto.loop({n // br * br}, {n}, 1, name="tail_loop", idx_name="r1"):'):
+                self._flat()
+                self._token("r1")
 
-    def zeros(self, extra: int = 0) -> list[int]:
-        return [0] * (len(self.lead) + extra)
+    def _flat(self) -> None:
+        """qf, kf = q, rows reshaped in place to 2-D, in the loop body (at the top of the kernel the reshape's
+        dependency fan-out to every task delays them)."""
+        for t, name in ((self.q, "qf"), (self.rows, "kf")):
+            self.src(f"{name} = pypto.reshape({t.name}, [{t.shape[0] * t.shape[1]}, {t.shape[2]}], inplace=True)")
 
-    def load_state(self, m, l, o) -> None:
-        """(m_acc, l_acc) [rows, H] and o_acc [rows, H, HD] = the loop block's rows of m, l [T, H], o [T, H, HD]."""
-        loop, src = self.blk.loop, self.src
-        _pto_set_tile(src, self.h_tile)
-        src(f"m_acc = {loop.view(m)}")
-        src(f"l_acc = {loop.view(l)}")
+    def _validity(self, tok: str, a: int, rows: int) -> None:
+        """vr [rows, k_tile] = the validity rows of tokens tok … tok + rows − 1 (one op: a pair's two softmax
+        chains share it, which makes them one task)."""
+        _pto_set_tile(self.src, [rows, max(self.k_tile, 8)])
+        self.valid_row(tok, a, self.k_tile, rows)
+
+    def _softmax(self, row: int, st: str, pb: str) -> None:
+        """The softmax of row `row` of vr: its validity column vc, then `_pto_key_softmax`."""
+        src, n = self.src, self.k_tile
+        _pto_set_tile(src, [1, max(n, 8)])
+        src(f"vr1 = pypto.view(vr, [1, {n}], [{row}, 0])")
+        _pto_row_to_col(src, "vr1", n, "vc")
+        _pto_key_softmax(src, st, self.heads, n, self.scale, self.tile, pb)
+
+    def _store_ml(self, tok: str, m: str, l: str) -> None:
+        _pto_set_tile(self.src, [1, max(self.heads, 8)])
+        for name, t in ((m, self.m_out), (l, self.l_out)):
+            self.src(f"pypto.assemble({name}, [{tok}, 0], {t.name})")
+
+    def _pv(self, tok: str, a: int, pb: str) -> None:
+        """oi [H, HD] = bf16(p)ᵀ·K of key tile a of token tok."""
+        src, n, w, hd = self.src, self.k_tile, self.window, self.hd
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(self.heads, n, hd, deep=True)})")
+        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), pypto.DT_FP32, "
+            "a_trans=True)")
+
+    def _store_o(self, tok: str, parts) -> None:
+        """Assemble the [H, HD] partials `parts` (consecutive tokens from tok) into o [T, H, HD]: through a 2-D
+        workspace reshaped in place to 3-D (no copy; reshaping the matmul result itself costs one)."""
+        src, h, hd, n = self.src, self.heads, self.hd, len(parts)
         _pto_set_tile(src, self.o_tile)
-        src(f"o_acc = {loop.view(o)}")
+        src(f'ow = pypto.tensor([{n * h}, {hd}], {self.o_out.pto}, "ow")')
+        for i, p in enumerate(parts):
+            src(f"pypto.assemble({p}, [{i * h}, 0], ow)")
+        _pto_set_tile(src, [1] + self.o_tile)
+        src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
 
-    def load_item(self, m, l, o, item: int) -> None:
-        """(mi, li) [*lead, H] and oi [*lead, H, HD] = item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
-        _pto_set_tile(src, [br, 1, max(heads, 8)])
-        for name, t in (("mi", m), ("li", l)):
-            view = f"pypto.view({t.name}, [{br}, 1, {heads}], [{blk.r0}, {item}, 0]{blk.valid(1, heads)})"
-            src(f"{name} = {view if len(self.lead) == 2 else blk.reshape(view, self.h_shape)}")
-        _pto_set_tile(src, [br, 1] + self.o_tile[-2:])
-        view = (f"pypto.view({o.name}, [{br}, 1, {heads}, {hd}], [{blk.r0}, {item}, 0, 0]"
-                f"{blk.valid(1, heads, hd)})")
-        src(f"oi = {view if len(self.lead) == 2 else blk.reshape(view, self.o_shape)}")
+    def _token(self, tok: str) -> None:
+        src, h, hd, n, w = self.src, self.heads, self.hd, self.k_tile, self.window
+        for i, a in enumerate(self.tiles):
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, h, deep=True)})")
+            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
+                f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+            self.scope += 1
+            _pto_scope(src, self.scope)
+            self._validity(tok, a, 1)
+            self._softmax(0, "st1", "pb")
+            _pto_scope(src, -1)
+            self._pv(tok, a, "pb")
+            if i == 0:
+                src("m_acc, l_acc, o_acc = mr, lr, oi")
+                continue
+            _pto_set_tile(src, [1, max(h, 8)])  # the running merge: m, l rows; o by [H, 1] columns
+            src("big = pypto.maximum(m_acc, mr)")
+            src("ea = pypto.exp(pypto.sub(m_acc, big))")
+            src("eb = pypto.exp(pypto.sub(mr, big))")
+            src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, lr))")
+            src("m_acc = big")
+            _pto_row_to_col(src, "ea", h, "eac")
+            _pto_row_to_col(src, "eb", h, "ebc")
+            _pto_set_tile(src, self.o_tile)
+            src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
+        self._store_ml(tok, "m_acc", "l_acc")
+        self._store_o(tok, ["o_acc"])
 
-    def merge(self) -> None:
-        """(m_acc, l_acc, o_acc) ← merge_into(state, (mi, li, oi)) in the reference's f32 order: big = max;
-        a, b = exp(· − big); l = a·l + b·li; o = a·o + b·oi."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        src("big = pypto.maximum(m_acc, mi)")
-        src("ea = pypto.exp(pypto.sub(m_acc, big))")
-        src("eb = pypto.exp(pypto.sub(mi, big))")
-        src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, li))")
+    def _pair(self, tok: str) -> None:
+        """Tokens tok and tok + 1 (single-tile window): one q·Kᵀ task, then per token its softmax and P·V."""
+        src, h, hd, w = self.src, self.heads, self.hd, self.window
+        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
+        src(f"st2 = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
+            f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+        self.scope += 1
+        _pto_scope(src, self.scope)
+        self._validity(tok, 0, 2)
+        for u in range(2):
+            self._softmax(u, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
+            self._store_ml(f"{tok} + {u}", "mr", "lr")
+        _pto_scope(src, -1)
+        for u in range(2):
+            self._pv(f"{tok} + {u}", 0, f"pb{u}")
+            src(f"oi{u} = oi")
+        self._store_o(tok, ["oi0", "oi1"])
+
+
+_PTO_GROUP_TOKENS = 32   # tokens per task of a one-stream head-group pack (flash: 4 blocks × 8 groups = 32 tasks)
+_PTO_VECTOR_CORES = 48
+
+
+class _PtoGroupMerge:
+    """Merges, sink normalisation and inverse-RoPE packs on tasks of (head group g, block of n tokens): one forced
+    subgraph per loop iteration over the flattened (block, group) index. Per-head quantities (m, l, the merge
+    factors, the denominator) are [n, hg] boxes; each head j of the group is an [n, HD] box of the heads flattened
+    to [T, H·HD] (in place, at the top), its factors broadcast over HD by a `pypto.gather` with the all-j index
+    (a column view at an unaligned offset would go through global memory). A packed head is assembled straight
+    into out [G, T, hg·HD] at [g, t0, j·HD] (its [n, HD] block with a leading unit axis, a free reshape in the UB).
+    Static T; when n does not divide T, the last block is moved back to end at T (it rewrites rows of the block
+    before it with the same values).
+
+    Cost (pypto's cost model): the copy-in pipe is the bound, ~1.4 k cycles fixed per copy, so a task reads each
+    small operand once (its [n, hg] boxes and [n, rd] tables) and each head in ≤ 32 KiB tiles (larger ones spill
+    the UB); at most one task per vector core."""
+
+    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1):
+        self.src, self.ntok, self.heads, self.hd, self.groups = src, ntok, heads, hd, groups
+        self.hg = heads // groups
+        # tokens per task: a task's time is about its number of 32 KiB copies; one stream of heads (pack only):
+        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter
+        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // _PTO_VECTOR_CORES)
+        self.n = max(1, min(ntok, n))
+        self.tr = _pto_divisor(self.n, max(1, _PTO_TILE_ELEMS // hd))
+        self.items = 0
+
+    @contextmanager
+    def blocks(self) -> Iterator[None]:
+        """The loop over (token block, group), one forced subgraph per iteration; sets t0, gg, h0."""
+        src, n, g = self.src, self.n, self.groups
+        nb = -(-self.ntok // n)
+        with src.block(f'for blk in pypto.loop(0, {nb * g}, 1, name="grp_loop", idx_name="blk"):'):
+            t0 = f"blk // {g} * {n}"
+            src(f"t0 = {t0 if nb * n == self.ntok else f'pypto.min({t0}, {self.ntok - n})'}")
+            src(f"gg = blk % {g}")
+            src(f"h0 = gg * {self.hg}")
+            _pto_scope(src, 1)
+            yield
+            _pto_scope(src, -1)
+
+    def cols(self, t, col: str = "h0", row: str = "t0") -> str:
+        """The [n, hg] box of the 2-D per-head tensor t at column `col`."""
+        return f"pypto.view({t}, [{self.n}, {self.hg}], [{row}, {col}])"
+
+    def head(self, t, col: str) -> str:
+        """An [n, HD] box of a flattened [T, ··HD] tensor at column `col`."""
+        return f"pypto.view({t}, [{self.n}, {self.hd}], [t0, {col}])"
+
+    def _col_tile(self) -> None:
+        _pto_set_tile(self.src, [self.n, max(self.hg, 8)])
+
+    def load_state(self, m: str, l: str) -> None:
+        """(m_acc, l_acc) [n, hg] = the [n, hg] boxes m, l (of the state, or of the first item)."""
+        self._col_tile()
+        self.src(f"m_acc = {m}")
+        self.src(f"l_acc = {l}")
+
+    def merge_item(self, mi: str, li: str) -> int:
+        """Fold one item's (m, l) boxes into (m_acc, l_acc) in the reference's f32 order (merge_into); keeps its
+        factors as ea{i}, eb{i} for the heads. Returns i."""
+        src, i = self.src, self.items
+        self.items += 1
+        self._col_tile()
+        src(f"big = pypto.maximum(m_acc, {mi})")
+        src(f"ea{i} = pypto.exp(pypto.sub(m_acc, big))")
+        src(f"eb{i} = pypto.exp(pypto.sub({mi}, big))")
+        src(f"l_acc = pypto.add(pypto.mul(ea{i}, l_acc), pypto.mul(eb{i}, {li}))")
         src("m_acc = big")
-        _pto_set_tile(src, self.c_tile)
-        src(f"eac = {blk.reshape('ea', self.h_shape + [1])}")
-        src(f"ebc = {blk.reshape('eb', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
+        return i
 
-    def sink_normalize(self, sink) -> None:
-        """y = o_acc / (l_acc + exp(sink[h] − m_acc)) (f32; a fully masked token gives 0 / inf = 0)."""
-        blk, src = self.blk, self.src
-        _pto_set_tile(src, self.h_tile)
-        sk = f"pypto.reshape({sink.name}, {py_list([1] * len(self.lead) + [self.heads])})"
-        src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub({sk}, m_acc)))")
-        _pto_set_tile(src, self.c_tile)
-        src(f"denc = {blk.reshape('den', self.h_shape + [1])}")
-        _pto_set_tile(src, self.o_tile)
-        src("y = pypto.div(o_acc, denc)")
+    def denominator(self, sink2: str) -> None:
+        """den [n, hg] = l_acc + exp(sink[h] − m_acc) (f32; a fully masked token gives 0 / inf = 0); sink2 is the
+        sink as a [1, H] row."""
+        self._col_tile()
+        self.src(f"den = pypto.add(l_acc, pypto.exp(pypto.sub(pypto.view({sink2}, [1, {self.hg}], [0, h0]), m_acc)))")
 
-    def swap_lanes(self, r: str, rd: int, swap: str, out: str) -> None:
-        """out [*lead, H, rd] = r[..., swap] with the lane permutation `swap` (i32 [rd]): `pypto.gather` on the
-        last axis of r viewed as [rows·H, rd], the index being the swap row broadcast to that shape (exact
-        data movement)."""
-        blk, src, br, heads = self.blk, self.src, self.blk.rows, self.heads
-        flat = br * heads
-        vr = f", valid_shape=[valid * {heads}, {rd}]" if blk.partial else ""
-        r_tile = self.lead + _pto_head_tile(br, heads, rd)[1:]
-        _pto_set_tile(src, r_tile)  # a rank-reducing reshape takes a tile of its input's rank
-        src(f"r2 = pypto.reshape({r}, [{flat}, {rd}]{vr})")
-        _pto_set_tile(src, [br * r_tile[-2], rd])
-        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{flat}, {rd}]{vr})")
-        src("g2 = pypto.gather(r2, 1, si)")
-        _pto_set_tile(src, r_tile)
-        src(f"{out} = {blk.reshape('g2', self.lead + [heads, rd])}")
+    def spread(self, col: str) -> str:
+        """The column j of the [n, hg] box `col` as an aligned [n, 1] column (broadcast over HD by its consumer):
+        the first column of its gather with the all-j index idx [n, 8] (a view at column j would go through
+        global memory)."""
+        return f"pypto.view(pypto.gather({col}, 1, idx), [{self.n}, 1], [0, 0])"
 
-    def derotate_pack(self, cos_il, sin_signed, swap: str, out, groups: int) -> None:
-        """Inverse RoPE of y's last rd dims (r·c − r[swap]·s, like rope_rotate), one bf16 rounding of each part,
-        heads packed group-major into out [G, T, hpg·HD]: per group the parts concatenated (the pack's copy),
-        reshaped and assembled."""
-        blk, src, br, heads, hd = self.blk, self.src, self.blk.rows, self.heads, self.hd
+    def head_loop(self):
+        """Per head j of the group (yields j), with idx = the all-j index [n, 8] and the [n, HD] tile set."""
+        for j in range(self.hg):
+            self._col_tile()
+            self.src(f"idx = pypto.full([{self.n}, 8], {j}, pypto.DT_INT32)")
+            _pto_set_tile(self.src, [self.tr, self.hd])
+            yield j
+
+    def merge_head(self, i: int, oi: str) -> None:
+        """o_acc ← ea·o_acc + eb·oi for item i (the factors spread over HD)."""
+        ea, eb = self.spread(f"ea{i}"), self.spread(f"eb{i}")
+        self.src(f"o_acc = pypto.add(pypto.mul({ea}, o_acc), pypto.mul({eb}, {oi}))")
+
+    def normalize_head(self) -> None:
+        self.src(f"y = pypto.div(o_acc, {self.spread('den')})")
+
+    def tables(self, cos_il, sin_signed, swap: str | None) -> None:
+        """cb, sb [n, rd] f32 = the block's rows of the RoPE tables; si [n, rd] i32 = the lane permutation (the swap
+        input, or j ^ 1 when `swap` is None) broadcast over the rows."""
+        src, n = self.src, self.n
         rd = cos_il.shape[1]
-        nope = hd - rd
-        hg = heads // groups
-        zl = self.zeros()
-        src(f"rp = {blk.sub('y', self.h_shape, zl + [0, nope], rd)}")
-        self.swap_lanes("rp", rd, swap, "swp")
+        if swap is None:
+            _pto_swap_index(src, rd, "swi")
+            swap = "swi"
+        _pto_set_tile(src, [n, max(rd, 8)])
+        src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{n}, {rd}])")
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
-            _pto_set_tile(src, [br, max(rd, 8)])
-            src(f"{name}2 = {cast_expr(blk.loop.view(t), t.dtype, 'f32')}")
-            _pto_set_tile(src, [br] + [1] * len(self.lead) + [max(rd, 8)])
-            src(f"{name} = {blk.reshape(name + '2', [br] + [1] * len(self.lead) + [rd])}")
-        _pto_set_tile(src, self.lead + _pto_head_tile(br, heads, rd)[1:])
-        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(swp, sb))")
-        _pto_set_tile(src, self.o_tile)
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+            src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{n}, {rd}], [t0, 0])', t.dtype, 'f32')}")
+
+    def pack_head(self, j: int, rd: int, out) -> None:
+        """Inverse RoPE of y's last rd lanes (r·c − r[swap]·s), one bf16 rounding of each part, the head assembled
+        into out [G, T, hg·HD] at [g, t0, j·HD]."""
+        src, n, hd, tr = self.src, self.n, self.hd, self.tr
+        nope = hd - rd
+        _pto_set_tile(src, [tr, max(rd, 8)])
+        src(f"rp = pypto.view(y, [{n}, {rd}], [0, {nope}])")
+        src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(pypto.gather(rp, 1, si), sb))")
+        _pto_set_tile(src, [tr, hd])
+        rob = cast_expr("ro", "f32", out.dtype)
         if nope:
-            src(f"ynb = {cast_expr(blk.sub('y', self.h_shape, zl + [0, 0], nope), 'f32', out.dtype)}")
-        g_tile = self.lead + _pto_head_tile(br, hg, hd, 2 * _PTO_TILE_ELEMS)[1:]
-        g_shape = self.lead + [hg]
-        valid3 = f", valid_shape=[1, valid, {hg * hd}]" if blk.partial else ""
-        for g in range(groups):
-            _pto_set_tile(src, g_tile)
-            rope = blk.sub("rob", g_shape, zl + [g * hg, 0], rd)
-            if nope:
-                src(f"hgv = pypto.concat([{blk.sub('ynb', g_shape, zl + [g * hg, 0], nope)}, {rope}], -1)")
-            else:
-                src(f"hgv = pypto.clone({rope})")
-            _pto_set_tile(src, [1, br, max(8, min(hg * hd, 2 * _PTO_TILE_ELEMS // br))])
-            src(f"pk3 = pypto.reshape(hgv, [1, {br}, {hg * hd}]{valid3})")
-            src(f"pypto.assemble(pk3, [{g}, {blk.r0}, 0], {out.name})")
+            ynb = cast_expr(f"pypto.view(y, [{n}, {nope}], [0, 0])", "f32", out.dtype)
+            src(f"z = pypto.concat([{ynb}, {rob}], -1)")
+        else:
+            src(f"z = {rob}")
+        _pto_set_tile(src, [1, tr, hd])
+        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
+
+    def store_head(self, j: int, out) -> None:
+        """y into out [T, H, HD] at [t0, h0 + j, 0]: through an [n, HD] workspace reshaped in place to [n, 1, HD]."""
+        src, n, hd, tr = self.src, self.n, self.hd, self.tr
+        src(f'ow = pypto.tensor([{n}, {hd}], {out.pto}, "ow")')
+        src("pypto.assemble(y, [0, 0], ow)")
+        _pto_set_tile(src, [tr, 1, hd])
+        src(f"pypto.assemble(pypto.reshape(ow, [{n}, 1, {hd}], inplace=True), [t0, h0 + {j}, 0], {out.name})")

@@ -122,7 +122,7 @@ def idx_topk_bounded(positions, kv_seq_len, *, k, ratio, seq, score_len, **_):
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/_pypto.py); mirror the references above.
-from ._pypto import KernelSpec, RowLoop, Src, py_list, row_block, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, RowLoop, Src, row_block, vec_tile  # noqa: E402
 
 
 def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
@@ -470,7 +470,7 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
         src(f"tv, ti = pypto.topk(x, {k}, -1, True)")
         _pto_set_tile(src, [rows, max(8, k)] if rows * max(8, k) <= 4096 else [1, max(8, k)])
         src(f"rk = pypto.view(cz, [{rows}, {k}], [0, 0])")
-        src(f"o = pypto.where(pypto.lt(rk, vis), pypto.cast(ti, pypto.DT_FP32), -1.0)")
+        src("o = pypto.where(pypto.lt(rk, vis), pypto.cast(ti, pypto.DT_FP32), -1.0)")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
         if score_len > k:
             _pto_tile(src, (rows, score_len - k))

@@ -233,7 +233,6 @@ def _pto_pairwise_sum(blk: _PtoBlock, x: str, lead, n: int, out: str, wide_tile,
     def blocks128(nb: int) -> str:
         """n = 128·nb with nb a power of two: numpy halves down to nb equal 128-blocks, so their 8-wide
         accumulators run side by side on a [*lead, nb, 128] reshape, then the blocks add as a balanced tree."""
-        k = len(lead)
         shape4 = list(lead) + [nb, 128]
         _pto_set_tile(src, _pto_lead_tile(lead, max(1, 2048 // (nb * 8))) + [nb, 128])
         xr, acc, bs = fresh(), fresh(), fresh()
@@ -669,12 +668,13 @@ def _pto_qproj_group_heads(heads: int, hd: int) -> int | None:
     return _pto_divisor(heads, cap) if cap else None
 
 
-def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int) -> None:
+def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int, chain_range: range | None = None) -> None:
     """G tokens from row r0 in chains of hg heads, each one tile [G, hg·hd] = [G·hg, hd] (row t·hg + h): the
     token body's math (`_pto_qproj_token_chains`) with the per-token reads done once for the G tokens. The
     qr_scale column is spread over one 32-byte-aligned column per chain (an own view per chain: a view shared
     by the chains makes pypto keep its [G, hg·hd] broadcast alive across them, a spill); the cos/sin rows
-    are repeated over the heads once ([G, rd] → [G, hg, rd] → [G·hg, rd])."""
+    are repeated over the heads once ([G, rd] → [G, hg, rd] → [G·hg, rd]). `chain_range`: the chains to emit
+    (default all of them)."""
     acc, sa, sw, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     _, heads, hd = out.shape
@@ -682,7 +682,9 @@ def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int) -> None:
     rd = cos_il.shape[1]
     nope = hd - rd
     g_ = _PTO_QPROJ_GROUP
-    rows, w, chains = g_ * hg, hg * hd, heads // hg
+    rows, w = g_ * hg, hg * hd
+    chosen = chain_range if chain_range is not None else range(heads // hg)
+    chains = len(chosen)
     eps = float(spec.attrs.get("eps", 1e-6))
     _pto_swap_index(src, rd, "sji")
     src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
@@ -700,9 +702,9 @@ def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int) -> None:
         src(f"{name} = pypto.expand_clone({name}, [{g_}, {hg}, {rd}])")
         src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
         src(f"{name} = pypto.reshape({name}, [{rows}, {rd}])")
-    for g in range(chains):
+    for i, g in enumerate(chosen):
         src(f"pypto.set_vec_tile_shapes({g_}, 8)")
-        src(f"sac = pypto.view(sa8, [{g_}, 1], [0, {8 * g}])")
+        src(f"sac = pypto.view(sa8, [{g_}, 1], [0, {8 * i}])")
         src(f"pypto.set_vec_tile_shapes({g_}, {w})")
         src(f"x = {cast_expr(f'pypto.view({acc.name}, [{g_}, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
         src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {n}]), [1, {w}], [0, {g * w}])")
@@ -723,6 +725,19 @@ def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int) -> None:
         src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
         src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {_pto_align(rd)})")
         src(f"pypto.assemble(pypto.reshape(rob, [{g_}, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
+
+
+def _pto_qproj_parts(spec: KernelSpec, chains: int) -> list[range]:
+    """The head chains of a token group split into one forced subgraph per part: one part, unless the task runs
+    on `workers` cyclic workers (dequant-workers), whose count the token groups share: ceil(workers / groups)
+    parts of nearly equal chain counts, so the task's pypto tasks fill the workers' lanes."""
+    workers = int(spec.attrs.get("workers") or 0)
+    groups = spec.operands[0].shape[0] // _PTO_QPROJ_GROUP
+    if workers <= 1 or groups < 1:
+        return [range(chains)]
+    n = max(1, min(chains, -(-workers // groups)))
+    cuts = [chains * i // n for i in range(n + 1)]
+    return [range(a, b) for a, b in zip(cuts, cuts[1:])]
 
 
 def _pto_qproj_token_rows(src: Src, spec: KernelSpec) -> None:
@@ -778,14 +793,18 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
     gh = None if hg is None else _pto_qproj_group_heads(heads, hd)
     src = Src(spec.signature())
     if gh is not None:
+        parts = _pto_qproj_parts(spec, heads // gh)
         for r, r0 in _pto_block_loops(src, acc, _PTO_QPROJ_GROUP):
-            _pto_scope(src, 1)
             if r > 1:
-                _pto_qproj_group_chains(src, spec, gh)
+                for scope, chains in enumerate(parts, 1):
+                    _pto_scope(src, scope)
+                    _pto_qproj_group_chains(src, spec, gh, chains)
+                    _pto_scope(src, -1)
             else:
+                _pto_scope(src, 1)
                 src(f"r0 = {r0}")
                 _pto_qproj_token_chains(src, spec, hg)
-            _pto_scope(src, -1)
+                _pto_scope(src, -1)
         return src.text()
     for unit in _pto_token_units(src, acc, _PTO_QPROJ_UNROLL):
         _pto_scope(src, unit)

@@ -208,22 +208,25 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
-# * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls q·Kᵀ and bf16(p)·K (f32 accumulation,
-#   where the reference rounds an f64 sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's
-#   mask (−1e20) / rowmax / exp / where order, l in numpy's pairwise order (kernels.qkv helpers).
-# * Merges (csa_merge_norm, hca_stream_merge[_pack]): the reference's f32 merge_into / sink_normalize order; the
-#   only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp from numpy's on a few % of
-#   arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis with the op's swap input
-#   (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding; heads packed group-major
-#   with one assemble per group.
+# * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls for q·Kᵀ (key-major K·qᵀ in csa_qk_pv
+#   and hca_raw_attn, kernels/attn_pto.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
+#   sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's mask (−1e20) / max / exp / where
+#   order, l in numpy's pairwise order (kernels.qkv helpers).
+# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attn_pto.py
+#   `_PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
+#   sink_normalize order; the only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp
+#   from numpy's on a few % of arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis
+#   with the op's swap input (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding;
+#   each head assembled straight into its place of the group-major pack.
 # * Index work is exact: integer arithmetic in f32 (< 2^24), comparisons against scalars, floors as
 #   trunc((x + ½)/d) (exact even under an approximate division), −1 never reaches index_select and
 #   kv_cache_writeback never uses scatter_update (a per-token `if slot >= 0` assemble instead).
-# Cost (pypto's cost model, per kernel): every pypto task costs a few thousand cycles of fixed overhead and the
-# AICPU dispatches a few hundred cycles per task, while tile sizes up to ~32 KiB per operand cost little more
-# than small ones. So the templates use few, large tiles, keep ~10 loop iterations' worth of independent tasks in
-# flight (a pypto.loop runs about that many iterations at once), avoid batched matmuls (every batch slice is
-# copied in and out) in favour of 2-D matmuls per token, and avoid reshaping views to another rank (a copy).
+# Cost (pypto's cost model, per kernel): a core runs one task at a time and gets the next one only at the end of
+# its AICPU's polling round (12 cores × 240 cycles, plus 390 per dependency edge resolved and 200 per task
+# dispatched), so every task costs its core ~2–4 µs besides its own time; a copy into the UB costs ~1.4 k cycles
+# plus its bytes. So the templates make few, large tasks (one forced subgraph joins only ops linked by data),
+# large tiles, avoid batched matmuls (every batch slice is copied in and out) in favour of 2-D matmuls on
+# in-place 2-D reshapes of whole parameters, and avoid reshaping views to another rank (a copy).
 # pypto 0.2.0 lowering traps met here (tensor graph right, post-pass verify FAILS; each avoided below):
 # * a 1-D op (arange) under a rank-2 tile is mis-lowered by InferParamIndex → 1-D ops get 1-D tiles (_pto_iota);
 # * a view is materialised under the tile of the op that consumes it: reshaping a rank-3 view needs a rank-3 tile
@@ -233,16 +236,15 @@ def hca_stream_merge_pack(m, l, heads, cm, cl, co, sink, cos_il, sin_signed, swa
 #   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, vec_tile  # noqa: E402
+from ._pypto import KernelSpec, Src, cast_expr, vec_tile  # noqa: E402
 from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_MERGE_ROWS, _PTO_NEG, _PTO_QK_ROWS, _PTO_TILE_ELEMS,  # noqa: E402
-                       _pto_head_tile, _pto_token_keys, _pto_token_partial,
-                       _pto_token_rows, _pto_token_tile, _PtoMerge)
+from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,  # noqa: E402
+                       _pto_head_tile, _pto_key_softmax, _pto_key_tile, _pto_row_to_col, _PtoGroupMerge,
+                       _PtoWindowAttn)
 from .compressor import _pto_token_table_rows  # noqa: E402
 from .elementwise import pypto_copy  # noqa: E402
 from .oproj import _pto_cube_shapes  # noqa: E402
-from .qkv import (_PtoBlock, _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile,  # noqa: E402
-                  _pto_swap_index, _pto_vec_tile)
+from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile  # noqa: E402
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
 
@@ -308,109 +310,132 @@ def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) ->
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
 
 
-def _pto_csa_token(src: Src, spec: KernelSpec, hb, r0: str, s_tile, tok: int) -> None:
-    """The csa_qk_pv partials of the token at row `r0` (see pypto_csa_qk_pv); `tok` numbers its forced
-    subgraphs apart from the other tokens' of the iteration."""
+def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str) -> None:
+    """kw [W, HD], kc [K, HD] = the token's window rows of kv_cache and top-k rows of cmp_kv as the reference's
+    `_gather` (−1 rows zero: clamped index_select, then where(idx ≥ 0, row, 0)), and va [1, W+K] = where(idx ≥ 0,
+    bias, −1) (f32; ≥ 0 where valid). Both gathers read views of one index row (one forced subgraph); the where is
+    written in f32 (pypto puts the implicit casts of a bf16 where outside the subgraph, a copy task per tile)."""
     q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
+    hd = q.shape[2]
     w, k = swa.shape[1], cidx.shape[1]
-    kt = int(spec.attrs["k_tile"])
-    scale = float(spec.attrs["scale"])
-    _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-    src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
-    blocks = (w + k) // kt
-    for j in range(blocks):
-        a, e = j * kt, (j + 1) * kt
-        straddle = a < w < e
-        pieces = []
-        for pool, ind, lo, hi in ((cache, swa, 0, w), (cmp_kv, cidx, w, w + k)):
-            s0, s1 = max(a, lo), min(e, hi)
-            if s0 < s1:
-                n = len(pieces)
-                ix = _pto_token_keys(src, pool, ind, r0, s0 - lo, s1 - s0, hd, f"kr{n}", straddle)
-                pieces.append((f"kr{n}", ix))
-        if len(pieces) == 1:
-            src(f"k2 = {pieces[0][0]}")
-            vx = pieces[0][1]
-        else:
-            _pto_set_tile(src, [kt, min(hd, 64)])
-            src(f"k2 = pypto.concat([{pieces[0][0]}, {pieces[1][0]}], 0)")
-            _pto_set_tile(src, [1, max(kt, 8)])
-            src(f"vx = pypto.concat([{pieces[0][1]}, {pieces[1][1]}], 1)")
-            vx = "vx"
-        _pto_set_tile(src, [1, max(kt, 8)])
-        src(f"vb = pypto.where(pypto.ge({vx}, 0.0), pypto.view({bias.name}, [1, {kt}], [{r0}, {a}]), -1.0)")
-        if not straddle:
-            src(f"anyk = pypto.amax({vx}, -1, keepdim=True)")
-        _pto_token_partial(hb, heads, hd, kt, scale, s_tile, tok * blocks + j + 1)
-        _pto_set_tile(src, [1, 1, max(heads, 8)])
-        for name, t in (("mi", m_out), ("li", l_out)):
-            src(f"pypto.assemble(pypto.reshape({name}, [1, 1, {heads}]), [{r0}, {j}, 0], {t.name})")
-        o_tile = [1, 1, max(1, min(heads, 2 * _PTO_TILE_ELEMS // hd)), hd]
-        if not straddle:  # zeroed in the store's copy; a where broadcasts one axis: the flag over the heads
-            _pto_set_tile(src, [1, 1, heads, 8])
-            src(f"keep = pypto.ge(pypto.expand_clone(pypto.reshape(anyk, [1, 1, 1, 1]), [1, 1, {heads}, 1]), "
-                "0.0)")
-            _pto_set_tile(src, o_tile)
-            src(f"oi4 = pypto.where(keep, pypto.reshape(oi, [1, 1, {heads}, {hd}]), 0.0)")
-        else:
-            _pto_set_tile(src, o_tile)
-            src(f"oi4 = pypto.reshape(oi, [1, 1, {heads}, {hd}])")
-        src(f"pypto.assemble(oi4, [{r0}, {j}, 0, 0], {o_out.name})")
+    _pto_set_tile(src, [1, max(w + k, 8)])
+    parts = [cast_expr(f"pypto.view({t.name}, [1, {n}], [{tok}, 0])", t.dtype, "f32") for t, n in ((swa, w), (cidx, k))]
+    src(f"ixa = pypto.concat([{parts[0]}, {parts[1]}], 1)")
+    src(f"va = pypto.where(pypto.ge(ixa, 0.0), pypto.view({bias.name}, [1, {w + k}], [{tok}, 0]), -1.0)")
+    for name, pool, lo, n in (("kw", cache, 0, w), ("kc", cmp_kv, w, k)):
+        d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles
+        while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+            d_tile //= 2
+        _pto_set_tile(src, [1, max(n, 8)])
+        src(f"ix = pypto.view(ixa, [1, {n}], [0, {lo}])")
+        src(f"ci = pypto.reshape({cast_expr('pypto.maximum(ix, 0.0)', 'f32', 'i32')}, [{n}])")
+        _pto_row_to_col(src, "ix", n, "okc")
+        _pto_set_tile(src, [n, d_tile])  # the whole index in one tile (see the template notes)
+        src(f"g = pypto.index_select({pool.name}, 0, ci)")
+        where = f"pypto.where(pypto.ge(okc, 0.0), {cast_expr('g', pool.dtype, 'f32')}, 0.0)"
+        src(f"{name} = {cast_expr(where, 'f32', pool.dtype)}")
+
+
+def _pto_csa_rows(t: dict, a: int, n: int, width: int) -> str:
+    """Rows a … a + n − 1 of the window | top-k concatenation of the [W, width] and [K, width] tensors t["w"],
+    t["c"]: a view, or the concat of two views for a block straddling the two lists."""
+    w = t["nw"]
+    pieces = [f"pypto.view({t[s]}, [{e - b}, {width}], [{b - lo}, 0])"
+              for s, lo, hi in (("w", 0, w), ("c", w, w + t["nc"])) for b, e in [(max(a, lo), min(a + n, hi))]
+              if b < e]
+    return pieces[0] if len(pieces) == 1 else f"pypto.concat([{', '.join(pieces)}], 0)"
 
 
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
-    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv], token by token
-    with 2-D cube matmuls (q [H, HD]; a batched matmul copies every batch slice in and out), _PTO_CSA_QK_ROWS tokens
-    per loop iteration: each k_tile block gathers its rows (`_pto_token_keys`; a block straddling the two lists
-    concatenates both gathers, masked), is masked where bias < 0 or index < 0, runs the tile partial
-    (`_pto_token_partial`) and is stored as item j (its o zeroed when the block has no index at all, in the
-    store's copy). qk_order only orders the work on the NPU (every item writes its own partial), so the values
-    do not depend on it."""
-    q = spec.operands[0]
-    heads, kt = q.shape[1], int(spec.attrs["k_tile"])
+    """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
+    (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
+    (2-D cube matmuls on q reshaped in place, one L0C tile of up to 512 key rows), one softmax task for all blocks
+    (attn_pto `_pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled
+    through a per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates
+    their rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives
+    o = +0 like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so
+    the values do not depend on it."""
+    spec = spec.static()
+    q, _cache, swa, _cmp, cidx, _bias, _order = spec.operands
+    m_out, l_out, o_out = spec.results
+    ntok, heads, hd = q.shape
+    w, k = swa.shape[1], cidx.shape[1]
+    kt = int(spec.attrs["k_tile"])
+    nb = (w + k) // kt
+    scale = float(spec.attrs["scale"])
+    tile = _pto_key_tile(heads, kt)
+    br = _PTO_CSA_QK_ROWS
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_CSA_QK_ROWS, name="tok")
-    hb = _PtoBlock(loop, q)  # the [H, ·] domain of one token (the heads are its rows): never partial
-    hb.rows, hb.partial = heads, False
-    s_tile = _pto_token_tile(heads, kt)
-    with loop.loop():
-        _pto_token_rows(loop, lambda r0, tok: _pto_csa_token(src, spec, hb, r0, s_tile, tok))
+
+    def token(tok: str) -> None:
+        _pto_scope(src, 1)
+        _pto_csa_keys(src, spec, tok)
+        _pto_scope(src, -1)
+        for name, kn, n in (("sw", "kw", w), ("sc", "kc", k)):
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, heads, deep=True, tm_max=512)})")
+            src(f"{name} = pypto.matmul({kn}, pypto.view(qf, [{heads}, {hd}], [({tok}) * {heads}, 0]), "
+                "pypto.DT_FP32, b_trans=True)")
+        _pto_scope(src, 2)
+        mls = []
+        for j in range(nb):
+            _pto_set_tile(src, [1, max(kt, 8)])
+            src(f"vr1 = pypto.view(va, [1, {kt}], [0, {j * kt}])")
+            _pto_row_to_col(src, "vr1", kt, "vc")
+            _pto_set_tile(src, tile)
+            scores = _pto_csa_rows({"w": "sw", "c": "sc", "nw": w, "nc": k}, j * kt, kt, heads)
+            _pto_key_softmax(src, scores, heads, kt, scale, tile, f"pb{j}")
+            src(f"mr{j}, lr{j} = mr, lr")
+            mls.append(j)
+        for name, t in (("mr", m_out), ("lr", l_out)):
+            _pto_set_tile(src, [1, max(heads, 8)])
+            src(f'{name}w = pypto.tensor([{nb}, {heads}], {t.pto}, "{name}w")')
+            for j in mls:
+                src(f"pypto.assemble({name}{j}, [{j}, 0], {name}w)")
+            _pto_set_tile(src, [1, nb, max(heads, 8)])
+            src(f"pypto.assemble(pypto.reshape({name}w, [1, {nb}, {heads}], inplace=True), [{tok}, 0, 0], {t.name})")
+        _pto_scope(src, -1)
+        o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
+        src(f'ow = pypto.tensor([{nb * heads}, {hd}], {o_out.pto}, "ow")')
+        for j in range(nb):
+            keys = _pto_csa_rows({"w": "kw", "c": "kc", "nw": w, "nc": k}, j * kt, kt, hd)
+            if keys.startswith("pypto.concat"):
+                _pto_set_tile(src, [kt, min(hd, 64)])
+                src(f"kb = {keys}")
+                keys = "kb"
+            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, kt, hd, deep=True)})")
+            src(f"oi = pypto.matmul(pb{j}, {keys}, pypto.DT_FP32, a_trans=True)")
+            _pto_set_tile(src, o_tile)
+            src(f"pypto.assemble(oi, [{j * heads}, 0], ow)")
+        _pto_set_tile(src, [1, 1] + o_tile)
+        src(f"pypto.assemble(pypto.reshape(ow, [1, {nb}, {heads}, {hd}], inplace=True), [{tok}, 0, 0, 0], "
+            f"{o_out.name})")
+
+    def flat() -> None:
+        src(f"qf = pypto.reshape({q.name}, [{ntok * heads}, {hd}], inplace=True)")
+
+    if ntok >= br:
+        with src.block(f'for blk in pypto.loop(0, {ntok // br}, 1, name="tok_loop", idx_name="blk"):'):
+            flat()
+            for u in range(br):
+                token(f"blk * {br} + {u}")
+    if ntok % br:
+        with src.block(f'for r1 in pypto.loop({ntok // br * br}, {ntok}, 1, name="tail_loop", idx_name="r1"):'):
+            flat()
+            token("r1")
     return src.text()
 
 
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
-    """The raw-window stream as ONE tile per token: the tile partial (`_pto_token_partial`) of the token's window
-    rows [W, HD] (valid where index ≥ 0), 2-D cube matmuls token by token; q·Kᵀ with b_trans on the rows (the
-    transposed copy rows_t holds the same values)."""
+    """The raw-window stream as ONE tile per token (attn_pto `_PtoWindowAttn`, static T), valid where index ≥ 0;
+    q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
+    spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
-    m_out, l_out, o_out = spec.results
-    _, heads, hd = q.shape
-    w = rows.shape[1]
-    scale = float(spec.attrs["scale"])
     src = Src(spec.signature())
-    loop = RowLoop(src, q, _PTO_QK_ROWS, name="tok")
-    hb = _PtoBlock(loop, q)
-    hb.rows, hb.partial = heads, False
-    s_tile = _pto_token_tile(heads, w)
 
-    def token(r0: str, tok: int) -> None:
-        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"q2 = pypto.reshape(pypto.view({q.name}, [1, {heads}, {hd}], [{r0}, 0, 0]), [{heads}, {hd}])")
-        _pto_set_tile(src, [1] + _pto_head_tile(1, w, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"k2 = pypto.reshape(pypto.view({rows.name}, [1, {w}, {hd}], [{r0}, 0, 0]), [{w}, {hd}])")
-        _pto_set_tile(src, [1, max(w, 8)])
-        src(f"vb = {cast_expr(f'pypto.view({idx.name}, [1, {w}], [{r0}, 0])', idx.dtype, 'f32')}")
-        _pto_token_partial(hb, heads, hd, w, scale, s_tile, tok + 1)
-        _pto_set_tile(src, [1, max(heads, 8)])
-        for name, t in (("mi", m_out), ("li", l_out)):
-            src(f"pypto.assemble(pypto.reshape({name}, [1, {heads}]), [{r0}, 0], {t.name})")
-        _pto_set_tile(src, [1] + _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:])
-        src(f"pypto.assemble(pypto.reshape(oi, [1, {heads}, {hd}]), [{r0}, 0, 0], {o_out.name})")
+    def valid_row(tok: str, a: int, n: int, r: int) -> None:
+        src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
-    with loop.loop():
-        _pto_token_rows(loop, token)
+    _PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
 
 
@@ -566,21 +591,36 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
 def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 32 KiB and at most
     128 × 128 (a transpose holds several tile-sized UB buffers; the flash [128, 128] bf16 tile compiles and
-    costs a quarter of the [64, 64] one)."""
+    costs a quarter of the [64, 64] one). Static T, one forced subgraph per block of tokens, as many blocks as
+    vector cores (each pypto task costs its core an AICPU round: one task per token tile made 512 tasks on
+    flash); the last block is moved back to end at T (rewriting rows of the block before with the same values).
+    A subgraph merges only ops joined by data, and the tiles of one transpose are not: each tile subtracts the
+    same +0 tensor (in f32, exact, −0 stays −0) to join them."""
+    spec = spec.static()
     rows = spec.operands[0]
     out = spec.results[0]
-    _, w, hd = rows.shape
+    ntok, w, hd = rows.shape
     tw, th = min(w, 128), min(hd, 128)
     tr = max(1, min(8, (32 * 1024) // (tw * th * rows.itemsize)))
+    n = max(1, min(ntok, -(-ntok // _PTO_VECTOR_CORES)))
+    n = -(-n // tr) * tr if n >= tr else n  # whole tiles of rows
+    n = min(n, ntok)
+    tr = _pto_divisor(n, tr)
+    nb = -(-ntok // n)
     src = Src(spec.signature())
-    loop = RowLoop(src, rows, tr, name="tok")  # a tile spans the block's rows (partial blocks, see above)
-    tr = loop.shape(rows)[0]
-    with loop.loop():  # no forced subgraph: the block's tiles run side by side
+    with src.block(f'for blk in pypto.loop(0, {nb}, 1, name="tok_loop", idx_name="blk"):'):
+        src(f"t0 = {f'blk * {n}' if nb * n == ntok else f'pypto.min(blk * {n}, {ntok - n})'}")
+        _pto_scope(src, 1)
         _pto_set_tile(src, [tr, tw, th])
-        src(f"x = {loop.view(rows)}")
+        src(f"x = pypto.view({rows.name}, [{n}, {w}, {hd}], [t0, 0, 0])")
+        _pto_set_tile(src, [n, 1, tw])
+        src(f"zero = pypto.full([{n}, 1, {tw}], 0.0, pypto.DT_FP32)")
         _pto_set_tile(src, [tr, th, tw])
         src("y = pypto.transpose(x, 1, 2)")
-        loop.store("y", out)
+        y32 = cast_expr("y", rows.dtype, "f32")
+        src(f"y = {cast_expr(f'pypto.sub({y32}, zero)', 'f32', out.dtype)}")
+        src(f"pypto.assemble(y, [t0, 0, 0], {out.name})")
+        _pto_scope(src, -1)
     return src.text()
 
 
@@ -640,75 +680,90 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
 # ---- merges, sink, inverse RoPE, pack -----------------------------------------------------------------------
 
 
-def _pto_merge_kernel(spec: KernelSpec, *, csa: bool, pack: bool) -> str:
-    """csa_merge_norm (csa: items merged in order from the first), hca_stream_merge (the raw stream state, then
-    the work items ascending; f32 out) and hca_stream_merge_pack (the same, then the pack)."""
+def _pto_numel(t) -> int:
+    n = 1
+    for e in t.shape:
+        n *= e
+    return n
+
+
+def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
+    """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
+    state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
+    hca_stream_pack (pack only), on attn_pto `_PtoGroupMerge` tasks; static T. The heads, the items' heads and
+    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
+    spec = spec.static()
     ops = spec.operands
     out = spec.results[0]
+    swap, state, items, sink = None, None, None, None
     if csa:
         m, l, o, sink, cos_il, sin_signed = ops
-        swap = None
-        _, items, heads, hd = o.shape
-        rows_from = o
-    else:
+        ntok, n_items, heads, hd = o.shape
+        items = (m, l, o)
+    elif merge:
         m, l, hs, cm, cl, co, sink = ops[:7]
         cos_il, sin_signed, swap = ops[7:10] if pack else (None, None, None)
-        _, heads, hd = hs.shape
-        items = cm.shape[1]
-        rows_from = hs
+        ntok, heads, hd = hs.shape
+        n_items = cm.shape[1]
+        state, items = (m, l, hs), (cm, cl, co)
+    else:
+        hs, cos_il, sin_signed, swap = ops
+        ntok, heads, hd = hs.shape
+        state = (None, None, hs)
+    groups = int(spec.attrs["o_groups"]) if pack else max(1, heads // 8)
     src = Src(spec.signature())
-    if pack and swap is None:  # csa_merge_norm has no swap input: the pair swap j ^ 1
-        _pto_swap_index(src, cos_il.shape[1], "swi")
-    loop = RowLoop(src, rows_from, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, rows_from)
-    mg = _PtoMerge(blk, [blk.rows, 1] if csa else [blk.rows], heads, hd)
-    with loop.loop():
-        if csa:
-            mg.load_item(m, l, o, 0)
-            src("m_acc = mi")
-            src("l_acc = li")
-            src("o_acc = oi")
-            first, parts = 1, (m, l, o)
-        else:
-            mg.load_state(m, l, hs)
-            first, parts = 0, (cm, cl, co)
-        for i in range(first, items):
-            mg.load_item(*parts, i)
-            mg.merge()
-        mg.sink_normalize(sink)
+    flat = {}
+    for t in ([state[2]] if state else []) + (list(items) if items else []) + ([sink] if sink else []):
+        lead = 1 if t is sink else ntok
+        flat[t.name] = f"{t.name}2"
+        src(f"{t.name}2 = pypto.reshape({t.name}, [{lead}, {_pto_numel(t) // lead}], inplace=True)")
+    mg = _PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
+    with mg.blocks():
+        factors = []
+        if items:
+            im, il, io = (flat[t.name] for t in items)
+            first = 1 if csa else 0
+            if csa:
+                mg.load_state(mg.cols(im), mg.cols(il))
+            else:
+                mg.load_state(mg.cols(state[0].name), mg.cols(state[1].name))
+            for i in range(first, n_items):
+                factors.append((i, mg.merge_item(mg.cols(im, f"{i * heads} + h0"), mg.cols(il, f"{i * heads} + h0"))))
+            mg.denominator(flat[sink.name])
         if pack:
-            mg.derotate_pack(cos_il, sin_signed, "swi" if swap is None else swap.name, out,
-                             int(spec.attrs["o_groups"]))
-        else:
-            loop.store("y", out)
+            mg.tables(cos_il, sin_signed, None if swap is None else swap.name)
+        for j in mg.head_loop():
+            if csa:
+                src(f"o_acc = {mg.head(flat[items[2].name], f'(h0 + {j}) * {hd}')}")
+            else:
+                src(f"o_acc = {mg.head(flat[state[2].name], f'(h0 + {j}) * {hd}')}")
+            for i, f in factors:
+                mg.merge_head(f, mg.head(flat[items[2].name], f"({i * heads} + h0 + {j}) * {hd}"))
+            if items:
+                mg.normalize_head()
+            else:
+                src("y = o_acc")
+            if pack:
+                mg.pack_head(j, cos_il.shape[1], out)
+            else:
+                mg.store_head(j, out)
     return src.text()
 
 
 def pypto_csa_merge_norm(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=True, pack=True)
+    return _pto_group_merge_kernel(spec, csa=True, merge=True, pack=True)
 
 
 def pypto_hca_stream_merge(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=False, pack=False)
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=False)
 
 
 def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
-    return _pto_merge_kernel(spec, csa=False, pack=True)
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True)
 
 
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
-    hs, cos_il, sin_signed, swap = spec.operands
-    out = spec.results[0]
-    _, heads, hd = hs.shape
-    src = Src(spec.signature())
-    loop = RowLoop(src, hs, _PTO_MERGE_ROWS, name="tok")
-    blk = _PtoBlock(loop, hs)
-    mg = _PtoMerge(blk, [blk.rows], heads, hd)
-    with loop.loop():
-        _pto_set_tile(src, mg.o_tile)
-        src(f"y = {loop.view(hs)}")
-        mg.derotate_pack(cos_il, sin_signed, swap.name, out, int(spec.attrs["o_groups"]))
-    return src.text()
+    return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------

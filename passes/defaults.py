@@ -56,6 +56,10 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "next to pool-fanout, for the same reason: the TP O path's one-block tp_o_a_quant tasks become 24 "
           "cyclic workers over 8-row tiles (attributes only); before typed-gather, which rewires the O path's "
           "exchange but never the quant tasks"),
+    Entry("dequant-workers{workers=48}",
+          "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
+          "to 48 cyclic workers (attributes only); after tile-choice and before typed-gather, neither of which "
+          "looks at it"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "

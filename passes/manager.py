@@ -244,8 +244,9 @@ def _record_changes(run: PassRun, before: Snapshot, after: Snapshot, nodes_after
     run.modified = [n for n in new if n in old and new[n] != old[n]]
     run.nodes_after = nodes_after
     # the same test as before.structural_key() != after.structural_key(): the node part of the structural
-    # key is exactly the node keys by name, the rest is the graph-level part
-    changed = old != new or before.graph_key != after.graph_key
+    # key is exactly the node keys by name, the rest is the graph-level part. The node keys differ (old != new)
+    # exactly when a name came, went or changed its key: the three lists say it without comparing them again.
+    changed = bool(run.added or run.removed or run.modified) or before.graph_key != after.graph_key
     run.status = "changed" if changed else "no-op"
 
 

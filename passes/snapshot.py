@@ -15,7 +15,7 @@ from operator import attrgetter, itemgetter
 from dspark_ir.graph import Graph, Node, Value
 from dspark_ir.ops.base import format_attr_value
 
-_NAME, _TYPE, _INDEX = attrgetter("name"), attrgetter("type"), attrgetter("index")
+_NAME, _TYPE, _INDEX, _INOUT = attrgetter("name"), attrgetter("type"), attrgetter("index"), attrgetter("inout")
 _FIRST, _SEQ, _KEY = itemgetter(0), itemgetter(3), itemgetter(5)
 _OPERANDS, _RESULTS, _DEPS = itemgetter(1), itemgetter(2), itemgetter(4)     # of a node key
 
@@ -53,11 +53,14 @@ class Snapshot:
             key = keyed[n] = (n.op, tuple(map(_NAME, n.operands)), named, attr_key(n.attrs),
                               tuple(map(_NAME, n.deps)))
             nodes.append((n.name, n.op, dict(n.attrs), n.seq, n.loc, key, types, indexes))
-        params = tuple((p.name, p.type, p.inout) for p in g.params)
+        # the model has ~1900 parameters: taken field by field (map, zip), not by a loop over them
+        p_names, p_types = tuple(map(_NAME, g.params)), tuple(map(_TYPE, g.params))
+        p_inouts = tuple(map(_INOUT, g.params))
+        params = tuple(zip(p_names, p_types, p_inouts))
         returns = tuple(map(_NAME, g.returns))
         attributes = tuple(sorted((k, format_attr_value(v)) for k, v in g.attributes.items()))
-        graph_key = (g.name, tuple(g.symbols.items()), attributes,
-                     tuple((name, str(t), inout) for name, t, inout in params), returns)
+        graph_key = (g.name, tuple(g.symbols.items()), attributes, tuple(zip(p_names, map(str, p_types), p_inouts)),
+                     returns)
         header = (g.name, dict(g.symbols), dict(g.attributes), g.loc, g._next_seq, dict(g._children), params,
                   returns)
         return Snapshot(g.version, {n.name: keyed[n] for n in order}, graph_key, len(returns), header, nodes)

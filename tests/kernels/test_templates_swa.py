@@ -1,14 +1,15 @@
 """pypto 0.2.0 templates of the decode-swa (TP1) op kinds, run through the harness against the numpy references.
 
-Three batches, each one `run_jobs` call (full mode: SIM + pass-verify with our CPU-numerics fix):
+Two batches, each one `run_jobs` call (full mode: SIM + pass-verify with our CPU-numerics fix):
 
 * **layer**: every task of the tiny TP1 decode-swa layer whose op kind is templated in kernels/qkv.py or
   kernels/attention.py, on its actual shapes and its actual data (the layer's seeded inputs, the earlier
   tasks run by the numpy executor);
 * **edges**: single-op graphs (tests/lowering/pypto_cases.py) for what the layer data does not reach: partial
   row blocks (T not a multiple of the block), the flash widths (1024, 512: the 128-block pairwise sums),
-  −1 and duplicate cache slots, −1 window indices anywhere, fully masked tokens, k_tile < window (the merge);
-* **flash**: every templated task of the flash TP4 decode-swa layer compiles to the execute graph (compile mode).
+  −1 and duplicate cache slots, −1 window indices anywhere, fully masked tokens, k_tile < window (the merge).
+
+That every task of the flash TP4 layer compiles to the execute graph is tests/lowering/test_pypto_flash_compile.py's.
 
 Comparisons (res.ok, inputs untouched, and pypto's own tensor-graph + 6 default pass-verify rows all PASS):
 
@@ -261,7 +262,8 @@ def _attn_inputs(g, rng):
     lens[3] = 0                                       # a token with no valid row: m = −1e20, l = 0, o = 0
     idx[rng.random((t, 32)) < 0.1] = -1
     bias = np.where(np.arange(32)[None, :] < lens[:, None], 0.0, -1e20).astype(np.float32)
-    return {"q": rng.standard_normal((t, 4, 64)).astype(np.float32),
+    heads = g.params[0].type.concrete_shape(g.env)[1]
+    return {"q": rng.standard_normal((t, heads, 64)).astype(np.float32),
             "rows": rng.standard_normal((t, 32, 64)).astype(np.float32), "bias": bias, "idx": idx}
 
 
@@ -295,6 +297,12 @@ EDGES = {
         "graph @k<T = 9>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
         "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64} : bf16[T,64,512]\n"
         "  return %q\n}\n")),
+    # the flash rank's heads on cyclic workers (dequant-workers): T = 17, two groups of 8 tokens whose 16 head chains
+    # split into ceil(7 / 2) = 4 forced subgraphs each (4 + 4 + 4 + 4 chains), one tail token
+    "qproj_flash_workers": ("qproj_dequant_rms_nope_rope", Case(
+        "graph @k<T = 17>(%acc: i32[T,32768], %sa: f32[T], %sw: f32[32768], %c: bf16[T,64], %s: bf16[T,64]) {\n"
+        "  %q = qproj_dequant_rms_nope_rope(%acc, %sa, %sw, %c, %s) {heads = 64, workers = 7, blocks = 7}"
+        " : bf16[T,64,512]\n  return %q\n}\n")),
     # two 128-blocks per head (the chained body's block tree), T = 10: one group of 8 tokens and two tail tokens
     "qproj_two_blocks": ("qproj_dequant_rms_nope_rope", Case(
         "graph @k<T = 10>(%acc: i32[T,2048], %sa: f32[T], %sw: f32[2048], %c: bf16[T,32], %s: bf16[T,32]) {\n"
@@ -327,6 +335,17 @@ EDGES = {
         "graph @k<T = 10>(%q: bf16[T,4,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
         "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 16}"
         " : f32[T,4], f32[T,4], f32[T,4,64]\n  return %m, %l, %o\n}\n", make_inputs=_attn_inputs)),
+    # a single-tile window (the flash form): token pairs share one q·Kᵀ task; T = 11: one block of 8, a tail of 3
+    "qk_pv_one_tile_pairs": ("qk_pv", Case(
+        "graph @k<T = 11>(%q: bf16[T,8,64], %rows: bf16[T,32,64], %bias: f32[T,32], %idx: i32[T,32]) {\n"
+        "  %m, %l, %o = qk_pv(%q, %rows, %bias, %idx) {scale = 0.125, k_tile = 32}"
+        " : f32[T,8], f32[T,8], f32[T,8,64]\n  return %m, %l, %o\n}\n", make_inputs=_attn_inputs)),
+    # 40 tokens: a 32-token block, then the last block moved back to end at T (rows 8..31 written twice, the same)
+    "merge_norm_moved_back_block": ("merge_norm", Case(
+        "graph @k<T = 40>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
+        " %s: bf16[T,16]) {\n"
+        "  %y = merge_norm(%m, %l, %o, %sink, %c, %s) {o_groups = 2} : bf16[2,T,256]\n  return %y\n}\n",
+        make_inputs=_merge_inputs)),
     "merge_norm_masked_token": ("merge_norm", Case(
         "graph @k<T = 11>(%m: f32[T,8], %l: f32[T,8], %o: f32[T,8,64], %sink: f32[8], %c: bf16[T,16],"
         " %s: bf16[T,16]) {\n"
@@ -357,18 +376,7 @@ def test_edge_cases_reach_what_they_claim(edge_batch):
     assert (rows[(idx >= 0) & (idx % 7 == 0)] == 0x8000).all() and (rows[idx < 0] == 0).all()
     _, job, _ = edge_batch["qk_pv_two_tiles_masked"]
     assert job.goldens["m"][3].max() == np.float32(-1e20) and not job.goldens["o"][3].any()
+    _, job, _ = edge_batch["qk_pv_one_tile_pairs"]
+    assert job.goldens["m"][3].max() == np.float32(-1e20) and (job.inputs["indices"] < 0).any()
     _, job, res = edge_batch["merge_norm_masked_token"]
     assert not job.goldens["out"][:, 4].astype(np.float32).any()
-
-
-# ---- batch 3: the flash TP4 shapes compile -------------------------------------------------------------------
-def test_flash_tp4_swa_kernels_compile():
-    from dspark_ir import layers
-    from lowering import build_task_graph
-    from lowering.pypto_exec import check_kernels
-
-    tg = build_task_graph(layers.build("decode-swa", config="flash", tp=4))
-    ids = [t.id for t in tg.tasks if t.op in SWA_OPS]
-    assert sorted({tg.tasks[i].op for i in ids}) == sorted(SWA_OPS)
-    runs = check_kernels(tg, "compile", tasks=ids)
-    assert len(runs) == len(ids) and all(r.ok for r in runs), [f"{r.name}: {r.error}" for r in runs if not r.ok]

@@ -1,0 +1,68 @@
+"""dequant-workers: the fused q dequant + RMSNorm + RoPE over cyclic workers (a later pypto-lib form)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dspark_ir.graph import Graph, Node
+
+from .base import Pass, RewriteRecord, Skip, register_pass
+from .contracts import BITWISE
+from .rewriting import set_attrs
+
+DEQUANT = "qproj_dequant_rms_nope_rope"
+TOKEN_TILE = 8      # the seed's Q_ROPE_T_TILE: tokens per unit
+
+
+@register_pass
+@dataclass(frozen=True)
+class DequantWorkers(Pass):
+    """Run `qproj_dequant_rms_nope_rope` on `workers` cyclic workers instead of one block per head tile.
+
+    Before (the seed): spmd H / Q_ROPE_H_TILE = 16 blocks at flash, each block dequantising, normalising and
+    rotating its 4 heads for every token, so 16 of the 48 vector cores carry the whole q side's last step,
+    which sits on the decode critical path between qproj_matmul and the attention. After (the form of a later
+    public pypto-lib `qkv_proj_rope`: Q_DEQUANT_WORKERS = 48): `workers = blocks = min(workers, units)` cyclic
+    workers over the (8-token, head tile) units; the head tile stays the seed's.
+
+    Each (token, head) row is normalised and rotated on its own (its inverse RMS is its own sum), so the grid
+    changes which core computes a row, never its value. Contract: bitwise. A task that already runs on at least
+    `workers` blocks, or already on workers, is left alone.
+    """
+
+    name = "dequant-workers"
+    contract = BITWISE
+    preserves = frozenset({"canonical", "no-dead-nodes"})
+    workers: int = 48
+
+    def match(self, g: Graph):
+        for node in g.topo_order():
+            if node.op == DEQUANT:
+                verdict = self._check(g, node)
+                yield Skip(node.name, verdict) if isinstance(verdict, str) else node
+
+    def rewrite(self, g: Graph, node: Node) -> RewriteRecord | None:
+        workers = self._check(g, node)
+        if isinstance(workers, str):
+            return None
+        before = node.attrs["blocks"]
+        set_attrs(g, node, workers=workers, blocks=workers)
+        return RewriteRecord("workers", node.name, f"{before} blocks -> {workers} cyclic workers")
+
+    def _check(self, g: Graph, node: Node) -> int | str:
+        """The worker count for the node, or why it is not a site."""
+        if self.workers < 2:
+            return f"workers = {self.workers}: nothing to spread"
+        if "workers" in node.attrs:
+            return f"already on {node.attrs['workers']} workers"
+        blocks = node.attrs.get("blocks")
+        count = None if blocks is None else blocks.value(g.env)
+        if count is None:
+            return f"the block count {blocks} is not bound"
+        tokens = node.operands[0].type.shape[0].value(g.env)
+        if tokens is None:
+            return f"the token count {node.operands[0].type.shape[0]} is not bound"
+        units = -(-tokens // TOKEN_TILE) * count
+        workers = min(self.workers, units)
+        if count >= workers:
+            return f"already {count} blocks for {units} (token, head) units (workers = {self.workers})"
+        return workers
