@@ -487,7 +487,19 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
         else:
             src(f"{state.name}[:] = {call}")
     _pto_scope(src, -1)
-    _pto_pool_windows(src, spec)
+    tiles = _pto_request_tiles(spec)
+    if tiles is None:
+        _pto_pool_windows(src, spec)
+    else:  # a loop over the whole tiles (a root function each: three or more independent tasks of one root
+        # function start behind a HUB task, ~3 µs), then the short one
+        tile, whole, rest = tiles
+        if whole:
+            with src.block(f"for tb in pypto.loop(0, {whole}, 1, name=\"tile_loop\", idx_name=\"tb\"):"):
+                src(f"b0 = tb * {tile}")
+                _pto_pool_tile(src, spec, tile)
+        if rest:
+            src(f"b0 = {whole * tile}")
+            _pto_pool_tile(src, spec, rest)
     return src.text()
 
 
@@ -496,7 +508,6 @@ def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
     validity (pos ≥ 0 and the page mapped), `rowvr` (row, else −1), `effr` (row, else 0), `amodr` (p % r) and
     `tidr` (t), as f32 rows [1, T]."""
     table, pos = spec.operands[4:6]
-    ratio, bs, seq = int(spec.attrs["ratio"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
     batch, pages = table.shape
     t_n = pos.shape[0]
     _pto_arange(src, t_n, "tidr")
@@ -506,6 +517,14 @@ def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
     src(f"tabf = pypto.reshape(tbf, [1, {batch * pages}])")
     _pto_set_tile(src, [max(t_n, 8)])
     src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
+    _pto_token_rows_of(src, spec, t_n)
+
+
+def _pto_token_rows_of(src: Src, spec: KernelSpec, t_n: int) -> None:
+    """`_pto_token_rows` of t_n tokens from `tidr` (their index), `pf1` (positions, f32 [t_n]) and `tabf` (their
+    requests' table rows, flat f32 [1, ·])."""
+    ratio, bs, seq = int(spec.attrs["ratio"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+    pages = spec.operands[4].shape[1]
     _pto_set_tile(src, [1, max(t_n, 8)])
     src(f"pfr = pypto.reshape(pf1, [1, {t_n}])")
     src("pc = pypto.maximum(pfr, 0.0)")
@@ -521,47 +540,70 @@ def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
     src("effr = pypto.where(pypto.ge(ok, 0.5), row, 0.0)")
 
 
-def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
-    """The pool (see pypto_cmp_scatter_softmax_pool), after the scatter: every request's window rows and their
-    validity (one forced subgraph), then `_PtoPool` per chunk of channels."""
-    table = spec.operands[4]
-    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
-    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+def _pto_request_entries(src: Src, spec: KernelSpec, b0: str, nb: int) -> None:
+    """Requests [b0, b0 + nb): `tbf` (their table rows, f32 [nb, pages]), the pooling token (first with
+    (pos+1) % r == 0: amin of the flagged token indices), `has` (1 with an entry, f32 [nb, 1]) and `j0` (the
+    window's first position: r·floor(pos / r), less r with the overlap)."""
+    table, pos = spec.operands[4], spec.operands[5]
+    ratio = int(spec.attrs["ratio"])
+    overlap, seq = bool(spec.attrs["overlap"]), int(spec.attrs["seq"])
     batch, pages = table.shape
-    rows = (2 if overlap else 1) * ratio
-    # ---- per request: pooling token, entry, window rows (one forced subgraph)
-    _pto_scope(src, 2)
-    pos = spec.operands[5]
-    _pto_set_tile(src, [batch, max(pages, 8)])
-    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
-    _pto_set_tile(src, [max(pos.shape[0], 8)])
-    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
-    _pto_set_tile(src, [batch, max(seq, 8)])
-    src(f"pb = pypto.reshape(pf1, [{batch}, {seq}])")
+    whole = nb == batch
+    tab = table.name if whole else f"pypto.view({table.name}, [{nb}, {pages}], [{b0}, 0])"
+    posv = pos.name if whole else f"pypto.view({pos.name}, [{nb * seq}], [{b0} * {seq}])"
+    _pto_set_tile(src, [nb, max(pages, 8)])
+    src(f"tbf = {cast_expr(tab, table.dtype, 'f32')}")
+    _pto_set_tile(src, [max(nb * seq, 8)])
+    src(f"pf1 = {cast_expr(posv, pos.dtype, 'f32')}")
+    _pto_set_tile(src, [nb, max(seq, 8)])
+    src(f"pb = pypto.reshape(pf1, [{nb}, {seq}])")
     src("m1 = pypto.add(pb, 1.0)")
     src(f"fl = pypto.sub(m1, pypto.mul({_pto_floor('m1', ratio, signed=True)}, {float(ratio)!r}))")
     _pto_arange(src, seq, "si")
-    _pto_set_tile(src, [batch, max(seq, 8)])
-    src(f"six = pypto.expand_clone(si, [{batch}, {seq}])")
+    _pto_set_tile(src, [nb, max(seq, 8)])
+    src(f"six = pypto.expand_clone(si, [{nb}, {seq}])")
     src(f"sel = pypto.amin(pypto.where(pypto.eq(fl, 0.0), six, {float(seq)!r}), -1, keepdim=True)")
-    src(f"psel = pypto.sum(pypto.where(pypto.eq(six, pypto.expand_clone(sel, [{batch}, {seq}])), pb, 0.0), -1, "
+    src(f"psel = pypto.sum(pypto.where(pypto.eq(six, pypto.expand_clone(sel, [{nb}, {seq}])), pb, 0.0), -1, "
         "keepdim=True)")
-    _pto_set_tile(src, [batch, 8])
+    _pto_set_tile(src, [nb, 8])
     src(f"has = pypto.where(pypto.lt(sel, {float(seq)!r}), 1.0, 0.0)")
     src(f"j0 = pypto.sub(pypto.mul({_pto_floor('psel', ratio, signed=True)}, {float(ratio)!r}), "
         f"{float(ratio if overlap else 0)!r})")
+
+
+def _pto_window_rows(src: Src, spec: KernelSpec, b0: str, nb: int) -> None:
+    """Requests [b0, b0 + nb) (`_pto_request_entries`), their window rows request-major: `widx2` (i32
+    [nb, rows]: the physical state rows, the page by `pypto.gather` on the request's table row; 0 where invalid)
+    and `wok` (f32 [nb, rows]: 1 for a valid row; all 0 for a request without an entry, whose pool is then 0)."""
+    table = spec.operands[4]
+    ratio = int(spec.attrs["ratio"])
+    overlap, bs = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"])
+    pages = table.shape[1]
+    rows = (2 if overlap else 1) * ratio
+    _pto_request_entries(src, spec, b0, nb)
     _pto_arange(src, rows, "wi")
-    bw = [batch, max(rows, 8)]
-    _pto_set_tile(src, bw)
-    src(f"ws = pypto.add(pypto.expand_clone(j0, [{batch}, {rows}]), pypto.expand_clone(wi, [{batch}, {rows}]))")
+    _pto_set_tile(src, [nb, max(rows, 8)])
+    src(f"ws = pypto.add(pypto.expand_clone(j0, [{nb}, {rows}]), pypto.expand_clone(wi, [{nb}, {rows}]))")
     src("wc = pypto.maximum(ws, 0.0)")
     src(f"wq = {_pto_floor('wc', bs)}")
     src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
     src(f"wpg = pypto.gather(tbf, 1, pypto.cast(wcol, {_PTO_I32}))")
     src(f"wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.expand_clone(has, "
-        f"[{batch}, {rows}]), 0.0), 0.0)")
+        f"[{nb}, {rows}]), 0.0), 0.0)")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src(f"widx2 = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
+
+
+def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
+    """The pool of one block (see pypto_cmp_scatter_softmax_pool), after the scatter: every request's window rows
+    and their validity (one forced subgraph), then `_PtoPool` per chunk of channels."""
+    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
+    overlap = bool(spec.attrs["overlap"])
+    batch = spec.operands[4].shape[0]
+    rows = (2 if overlap else 1) * ratio
+    # ---- per request: pooling token, entry, window rows (one forced subgraph)
+    _pto_scope(src, 2)
+    _pto_window_rows(src, spec, "0", batch)
     # the same, slot-major ([rows, B]): the layout of the pool's sums
     _pto_set_tile(src, [max(rows, 8), max(batch, 8)])
     src("widxt = pypto.transpose(widx2, 0, 1)")
@@ -597,6 +639,7 @@ _PTO_POOL_SPLIT_ROWS = 32        # windows from this many rows run max + den on 
 _PTO_POOL_SLAB_ELEMS = 4096      # the same for Σ kv·w (16 KiB: its subgraph holds six slabs at once)
 _PTO_POOL_BLOCK_ELEMS = 4096     # elements of one block of window rows read at once for the sums ([k, B, c])
 _PTO_POOL_MAX_ELEMS = 8192       # the same for the row max ([1, k, c]: few live tensors)
+_PTO_POOL_TILE_BLOCK_ELEMS = 4096  # the same for the sums of a request tile ([k·nb, c] masked, [k, nb·c])
 _PTO_POOL_MASK_ELEMS = 512       # (request, row) validity flags read into UB at once ([.., 1] f32: 32 bytes each)
 
 
@@ -743,6 +786,197 @@ class _PtoPool:
         for i in range(n):
             row = f"pypto.view({terms}, [1, {self.batch}, {c}], [{i}, 0, 0])"
             self.src(f"{acc} = pypto.mul({row}, -1.0)" if r0 + i == 0 else f"{acc} = pypto.sub({acc}, {row})")
+
+
+def _pto_request_tiles(spec: KernelSpec):
+    """The request tiles of an SPMD grid (blocks > 1, `tile` = [requests per block]): (requests per tile, whole
+    tiles, requests of a last short one (`tail = clamp`) or 0); None for one block."""
+    tile = spec.attrs.get("tile")
+    if spec.blocks <= 1 or not tile:
+        return None
+    batch, n = spec.operands[4].shape[0], int(tile[0])
+    return n, batch // n, batch % n
+
+
+def _pto_pool_tile(src: Src, spec: KernelSpec, nb: int) -> None:
+    """The pool of requests [b0, b0 + nb) (one block of the grid; `b0` a scalar of the generated code) in a forced
+    subgraph of its own, beside the scatter: the window rows slot-major (`_pto_window_slots`), the ones this
+    step's tokens write (`_pto_window_news`), then `_PtoTilePool` per chunk of channels."""
+    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
+    halves = [(0, ratio, 0), (ratio, ratio, hd)] if bool(spec.attrs["overlap"]) else [(0, ratio, 0)]
+    pool = _PtoTilePool(src, spec, nb, halves)
+    _pto_scope(src, 2)
+    _pto_window_slots(src, spec, nb)
+    _pto_window_news(src, spec, nb)
+    c = _pto_pool_chunk(nb, hd, _PTO_POOL_SLAB_ELEMS)
+    for c0 in range(0, hd, c):
+        pool.chunk(c0, c)
+    _pto_scope(src, -1)
+
+
+def _pto_window_news(src: Src, spec: KernelSpec, nb: int) -> None:
+    """Which window slots of requests [b0, b0 + nb) hold a row this step writes, so that their pool reads the
+    state as the scatter leaves it without waiting for it: a slot's row is written by the last valid token of
+    the tile with that row (`_pto_token_rows_of`; tokens of other requests never write the tile's pages), with
+    [kv | score + ape[pos % r]] of that token. `nwc` (bool [rows·nb, 1]), `nidx` (i32 [1, rows·nb]: the token,
+    counted from the tile's first) and `sn` (f32 [nt, OUT]: the tile's tokens' score rows plus their ape)."""
+    kv, sc, ape = spec.operands[:3]
+    seq, out_dim = int(spec.attrs["seq"]), kv.shape[1]
+    rows = (2 if bool(spec.attrs["overlap"]) else 1) * int(spec.attrs["ratio"])
+    nt, n = nb * seq, rows * nb
+    _pto_arange(src, nt, "tidr")
+    _pto_token_rows_of(src, spec, nt)
+    _pto_set_tile(src, [max(nt, 8), 8])   # tokens × slots: the winner reduces over the rows into a [1, n] row
+    src("tidc = pypto.transpose(tidr, 0, 1)")
+    src("rowc = pypto.transpose(rowvr, 0, 1)")
+    _pto_set_tile(src, vec_tile((nt, n), 4))
+    src(f"mn = pypto.eq(pypto.expand_clone(rowc, [{nt}, {n}]), "
+        f"pypto.expand_clone(pypto.where(pypto.ge(wok, 0.5), wrow, -2.0), [{nt}, {n}]))")
+    src(f"wn = pypto.amax(pypto.where(mn, pypto.expand_clone(tidc, [{nt}, {n}]), -1.0), 0, keepdim=True)")
+    _pto_set_tile(src, [1, max(n, 8)])
+    src(f"nidx = pypto.cast(pypto.maximum(wn, 0.0), {_PTO_I32})")
+    _pto_set_tile(src, [n, 8])
+    src("nwc = pypto.ge(pypto.transpose(wn, 0, 1), 0.0)")
+    _pto_set_tile(src, [1, max(nt, 8)])
+    src(f"ai = pypto.cast(amodr, {_PTO_I32})")
+    _pto_set_tile(src, vec_tile((1, nt, out_dim), 4))
+    src(f"ag = pypto.index_select({ape.name}, 0, ai)")
+    _pto_set_tile(src, vec_tile((nt, out_dim), 4))
+    src(f"sn = pypto.add(pypto.view({sc.name}, [{nt}, {out_dim}], [b0 * {seq}, 0]), "
+        f"pypto.reshape(ag, [{nt}, {out_dim}]))")
+
+
+def _pto_window_slots(src: Src, spec: KernelSpec, nb: int) -> None:
+    """The window rows of requests [b0, b0 + nb) slot-major (slot s = r·nb + b: window row r of request b),
+    like `_pto_window_rows` but computed per slot (the request's entry and table row by `pypto.gather` of
+    b = s mod nb): `sidx` (i32 [1, rows·nb], 0 where invalid) and `okc` (bool [rows·nb, 1])."""
+    table, pos = spec.operands[4], spec.operands[5]
+    ratio = int(spec.attrs["ratio"])
+    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
+    pages = table.shape[1]
+    rows = (2 if overlap else 1) * ratio
+    n = rows * nb
+    _pto_request_entries(src, spec, "b0", nb)
+    _pto_set_tile(src, [max(nb, 8), 8])
+    src("j0r = pypto.transpose(j0, 0, 1)")
+    src("hasr = pypto.transpose(has, 0, 1)")
+    _pto_set_tile(src, [1, max(nb * pages, 8)])
+    src(f"tabf = pypto.reshape(tbf, [1, {nb * pages}])")
+    _pto_arange(src, n, "sl")
+    src(f"sr = {_pto_floor('sl', nb)}")
+    src(f"sq = pypto.sub(sl, pypto.mul(sr, {float(nb)!r}))")
+    src(f"sqi = pypto.cast(sq, {_PTO_I32})")
+    src("ws = pypto.add(pypto.gather(j0r, 1, sqi), sr)")
+    src("wc = pypto.maximum(ws, 0.0)")
+    src(f"wq = {_pto_floor('wc', bs)}")
+    src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
+    src(f"wpg = pypto.gather(tabf, 1, pypto.cast(pypto.add(pypto.mul(sq, {float(pages)!r}), wcol), {_PTO_I32}))")
+    src("wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.gather(hasr, 1, sqi), 0.0), 0.0)")
+    src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
+    src(f"sidx = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
+    _pto_set_tile(src, [n, 8])
+    src("okc = pypto.ge(pypto.transpose(wok, 0, 1), 0.5)")
+
+
+class _PtoTilePool:
+    """Emitter of the pool of one request tile (nb requests) in the subgraph that computed its window slots
+    (`sidx`, `okc`, `nwc`, `nidx`, `sn`): as `_PtoPool` (masking, the row max, both sums row after row as
+    subtractions of negated sums), on the state as the scatter leaves it (state_in, the rows this step writes
+    from the tokens), on rank-2 blocks (the cost model charges a rank-3 op per leading-dim slice): k window rows
+    of all nb requests are gathered as [k·nb, c] (slot-major: row r of request b at r·nb + b) and masked by a
+    [k·nb, 1] flag column (a rank-2 broadcast), then read as [k, nb·c] (the same UB tile: request b at columns
+    [b·c, (b+1)·c)), so that the row max and den broadcast as [1, nb·c] rows and every row of a sum is one
+    [1, nb·c] op for the whole tile."""
+
+    def __init__(self, src: Src, spec: KernelSpec, nb: int, halves):
+        self.src, self.nb, self.halves = src, nb, halves
+        kv, self.state_in = spec.operands[0], spec.operands[3]
+        self.pooled = spec.results[1]
+        self.out_dim = kv.shape[1]
+        self.nt = nb * int(spec.attrs["seq"])
+        self.kv_new = f"pypto.view({kv.name}, [{self.nt}, {self.out_dim}], [b0 * {self.nt // nb}, 0])"
+        self.rows = sum(n for _a, n, _c in halves)
+
+    def chunk(self, c0: int, c: int) -> None:
+        """The pool of channels [c0, c0 + c) into pooled[b0:b0+nb, c0:c0+c]."""
+        src, nb, w = self.src, self.nb, self.nb * c
+        self._row_max(c0, c)
+        blocks = self._blocks(_PTO_POOL_TILE_BLOCK_ELEMS // w)
+        for r0, n, col in blocks:
+            self._exp_score(c0, c, r0, n, col, self._flags("okc", r0, n), self._flags("nwc", r0, n))
+            self._sub_rows("nd", "eb", w, r0, n)
+        for r0, n, col in blocks:  # the flags broadcast once for the score and kv
+            src(f"pypto.set_vec_tile_shapes({n * nb}, {c})")
+            src(f"okb = pypto.expand_clone({self._flags('okc', r0, n)}, [{n * nb}, {c}])")
+            src(f"nwb = pypto.expand_clone({self._flags('nwc', r0, n)}, [{n * nb}, {c}])")
+            self._exp_score(c0, c, r0, n, col, "okb", "nwb")
+            src("qb = pypto.div(eb, nd)")
+            self._rows(c0, c, r0, n, col, self.kv_new, "nwb", "kb")
+            src("kbm = pypto.where(okb, kb, 0.0)")
+            src(f"pypto.set_vec_tile_shapes({n}, {w})")
+            src(f"tb = pypto.mul(pypto.reshape(kbm, [{n}, {w}]), qb)")
+            self._sub_rows("pw", "tb", w, r0, n)
+        src(f"pypto.set_vec_tile_shapes({nb}, {c})")
+        src(f"pypto.assemble(pypto.reshape(pw, [{nb}, {c}]), [b0, {c0}], {self.pooled.name})")
+
+    def _blocks(self, k: int):
+        k = max(1, min(self.rows, k))
+        return [(r0, min(k, a + n - r0), col) for a, n, col in self.halves for r0 in range(a, a + n, k)]
+
+    def _row_max(self, c0: int, c: int) -> None:
+        """mx [1, nb·c]: the max over the window rows of the masked score (order-free), per block then once more
+        over the block maxima."""
+        src, nb, w = self.src, self.nb, self.nb * c
+        parts = []
+        for j, (r0, n, col) in enumerate(self._blocks(_PTO_POOL_MAX_ELEMS // w)):
+            self._rows(c0, c, r0, n, self.out_dim + col, "sn", self._flags("nwc", r0, n), "sb", new_col=col)
+            src(f"msb = pypto.where({self._flags('okc', r0, n)}, sb, {_PTO_NEG!r})")
+            src(f"pypto.set_vec_tile_shapes({n}, {w})")
+            src(f"mb{j} = pypto.amax(pypto.reshape(msb, [{n}, {w}]), 0, keepdim=True)")
+            parts.append(f"mb{j}")
+        group = max(2, _PTO_POOL_TILE_BLOCK_ELEMS // w)   # block maxima concatenated at once (a UB tile)
+        while len(parts) > 1:
+            runs = [parts[i:i + group] for i in range(0, len(parts), group)]
+            parts = []
+            for j, run in enumerate(runs):
+                src(f"pypto.set_vec_tile_shapes({len(run)}, {w})")
+                src(f"mg{j} = {run[0]}" if len(run) == 1 else
+                    f"mg{j} = pypto.amax(pypto.concat([{', '.join(run)}], 0), 0, keepdim=True)")
+                parts.append(f"mg{j}")
+        src(f"mx = {parts[0]}")
+
+    def _rows(self, c0: int, c: int, r0: int, n: int, col: int, new: str, nw: str, name: str,
+              new_col: int | None = None) -> None:
+        """`name` = [n·nb, c]: window slots r0·nb … (r0 + n)·nb − 1 of state columns col + c0 …: state_in's rows,
+        or where `nw` (the slots' new-row flags) the tokens' rows of `new` (columns new_col + c0 …, default
+        col)."""
+        src, m, s0 = self.src, n * self.nb, r0 * self.nb
+        nc = (col if new_col is None else new_col) + c0
+        src(f"pypto.set_vec_tile_shapes(1, {m}, {c})")
+        src(f"o3 = pypto.index_select(pypto.view({self.state_in.name}, [{self.state_in.shape[0]}, {c}], "
+            f"[0, {col + c0}]), 0, pypto.view(sidx, [1, {m}], [0, {s0}]))")
+        src(f"n3 = pypto.index_select(pypto.view({new}, [{self.nt}, {c}], [0, {nc}]), 0, "
+            f"pypto.view(nidx, [1, {m}], [0, {s0}]))")
+        src(f"pypto.set_vec_tile_shapes({m}, {c})")
+        src(f"{name} = pypto.where({nw}, pypto.reshape(n3, [{m}, {c}]), pypto.reshape(o3, [{m}, {c}]))")
+
+    def _flags(self, name: str, r0: int, n: int) -> str:
+        return f"pypto.view({name}, [{n * self.nb}, 1], [{r0 * self.nb}, 0])"
+
+    def _exp_score(self, c0: int, c: int, r0: int, n: int, col: int, ok: str, nw: str) -> None:
+        """eb = exp(masked score − mx) of the block ([n, nb·c])."""
+        src = self.src
+        self._rows(c0, c, r0, n, self.out_dim + col, "sn", nw, "sb", new_col=col)
+        src(f"msb = pypto.where({ok}, sb, {_PTO_NEG!r})")
+        src(f"pypto.set_vec_tile_shapes({n}, {self.nb * c})")
+        src(f"eb = pypto.exp(pypto.sub(pypto.reshape(msb, [{n}, {self.nb * c}]), mx))")
+
+    def _sub_rows(self, acc: str, terms: str, w: int, r0: int, n: int) -> None:
+        src = self.src
+        src(f"pypto.set_vec_tile_shapes(1, {w})")
+        for i in range(n):
+            row = f"pypto.view({terms}, [1, {w}], [{i}, 0])"
+            src(f"{acc} = pypto.mul({row}, -1.0)" if r0 + i == 0 else f"{acc} = pypto.sub({acc}, {row})")
 
 
 _PTO_FINISH_ROWS = 16   # pooled rows per forced subgraph of the finish templates (whole blocks, then single rows)

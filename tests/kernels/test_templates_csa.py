@@ -69,16 +69,17 @@ def _kernel_key(t) -> str:
     return kernel_body(t).replace(t.kernel, "k")
 
 
-def _layer_jobs(layer: str, ops, prefix: str, seen: set, **params) -> dict:
-    """{name: (task, job)} of every task of the tiny TP1 layer whose op is in `ops`, on the layer's own data; one
-    per distinct kernel (`seen` carries the keys across layers)."""
+def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) -> dict:
+    """{name: (task, job)} of every task of the tiny TP1 layer (the default pipeline less `disabled`) whose op is
+    in `ops`, on the layer's own data; one per distinct kernel (`seen` carries the keys across layers)."""
     import passes
     from dspark_ir import layers
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
     from lowering.pypto_exec import _job
 
-    g = passes.run_pipeline(layers.build(layer, config="tiny", tp=1, **params)).graph
+    ctx = passes.PassContext(disabled=disabled)
+    g = passes.run_pipeline(layers.build(layer, config="tiny", tp=1, **params), ctx=ctx).graph
     tg = build_task_graph(g)
     mem = Memory(tg, layers.layer_inputs(g, 0, "default"))
     out = {}
@@ -139,28 +140,25 @@ def _rerendered(task, job, **constants):
 def _edge_variants(base: dict) -> dict:
     """Edge inputs the default layer data does not reach (module docstring)."""
     out = {}
-    # main CSA pool: request 2's last token (position +16 = the ring size 2·8) lands on the ring row of its first
-    # token, so the later token wins and the pool of entry 1 reads it back; request 3's window page unmapped.
-    task, job = base["csa:cmp.scatter_softmax_pool"]
-    pos = job.inputs["positions"].copy()
-    pos[4:8] = [20, 21, 22, 28]     # request 1: no window-closing token → no entry, pooled row 0
-    pos[8:12] = [5, 6, 7, 21]
-    table = job.inputs["state_block_table"].copy()
-    table[0, 1] = -1    # request 0 (positions 96…99): the previous half of its window (92…95) unmapped
-    table[3, 1] = -1    # request 3 (positions 60…63): its whole window unmapped, its own rows not written
-    out["edge:cmp.scatter_softmax_pool"] = (task, _variant(task, job, positions=pos, state_block_table=table))
-    task, job = base["hca:cmp.scatter_softmax_pool"]
-    table = job.inputs["state_block_table"].copy()
-    table[:, 1] = -1
-    out["edge:hca.scatter_softmax_pool"] = (task, _variant(task, job, state_block_table=table))
-    # the pool's paths the tiny shapes skip (one channel chunk, one block per window half, one flag read): chunks
-    # of 16 channels, 1-row blocks of the sums, several blocks per request max (HCA: 4 of 4 rows; CSA: 2 of 2 per
-    # half), flags read for groups of requests / rows, same data
+    for form in ("", "1"):  # the pools of the request-tile grid (pool-fanout) and of one block
+        out |= _pool_edges(base, form)
+    # the pool's paths the tiny shapes skip. One block (one channel chunk, one block per window half, one flag
+    # read): chunks of 16 channels, 1-row blocks of the sums, several blocks per request max (HCA: 4 of 4 rows;
+    # CSA: 2 of 2 per half), flags read for groups of requests / rows. Request tiles (one chunk, one block of
+    # the sums and one of the max per window half): chunks of 16 channels (HCA) / 32 (CSA), blocks of the sums
+    # of 4 rows (HCA) / 3 and 1 per half (CSA), of the max of 2 rows (HCA) / 1 (CSA). Same data.
+    task, job = out["edge1:hca.scatter_softmax_pool"]
     out["edge:hca.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=128, _PTO_POOL_BLOCK_ELEMS=64,
                                                      _PTO_POOL_MASK_ELEMS=32))
-    task, job = out["edge:cmp.scatter_softmax_pool"]
+    task, job = out["edge1:cmp.scatter_softmax_pool"]
     out["edge:cmp.pool_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=128, _PTO_POOL_BLOCK_ELEMS=32,
                                                      _PTO_POOL_MASK_ELEMS=32))
+    task, job = out["edge:hca.scatter_softmax_pool"]
+    out["edge:hca.pool_tile_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=32,
+                                                          _PTO_POOL_TILE_BLOCK_ELEMS=128, _PTO_POOL_MAX_ELEMS=64))
+    task, job = out["edge:cmp.scatter_softmax_pool"]
+    out["edge:cmp.pool_tile_blocks"] = (task, _rerendered(task, job, _PTO_POOL_SLAB_ELEMS=64,
+                                                          _PTO_POOL_TILE_BLOCK_ELEMS=192, _PTO_POOL_MAX_ELEMS=64))
     # cache writes: the first pooling token's slot −1, the second's duplicated by the third (later request wins)
     for name, slot_param in (("csa:cmp.rmsnorm_rope_cache_write", "slot_mapping"),
                              ("csa:icmp.kv_and_cache_write", "slot_mapping")):
@@ -184,6 +182,26 @@ def _edge_variants(base: dict) -> dict:
     return out
 
 
+def _pool_edges(base: dict, form: str) -> dict:
+    """The pools' edge data on the jobs of `form` ("": the default pipeline's request tiles, "1": one block)."""
+    out = {}
+    # main CSA pool: request 2's last token (position +16 = the ring size 2·8) lands on the ring row of its first
+    # token, so the later token wins and the pool of entry 1 reads it back; request 3's window page unmapped.
+    task, job = base[f"csa{form}:cmp.scatter_softmax_pool"]
+    pos = job.inputs["positions"].copy()
+    pos[4:8] = [20, 21, 22, 28]     # request 1: no window-closing token → no entry, pooled row 0
+    pos[8:12] = [5, 6, 7, 21]
+    table = job.inputs["state_block_table"].copy()
+    table[0, 1] = -1    # request 0 (positions 96…99): the previous half of its window (92…95) unmapped
+    table[3, 1] = -1    # request 3 (positions 60…63): its whole window unmapped, its own rows not written
+    out[f"edge{form}:cmp.scatter_softmax_pool"] = (task, _variant(task, job, positions=pos, state_block_table=table))
+    task, job = base[f"hca{form}:cmp.scatter_softmax_pool"]
+    table = job.inputs["state_block_table"].copy()
+    table[:, 1] = -1
+    out[f"edge{form}:hca.scatter_softmax_pool"] = (task, _variant(task, job, state_block_table=table))
+    return out
+
+
 def _pooling_tokens(positions, attrs) -> list[int]:
     from kernels.compressor import pool_token
 
@@ -194,6 +212,8 @@ def _pooling_tokens(positions, attrs) -> list[int]:
 
 # the layer-data jobs an edge variant replaces in the run (the variant is the same task and data, with more paths)
 REPLACED = {"csa:cmp.scatter_softmax_pool": "edge:cmp.scatter_softmax_pool",
+            "csa1:cmp.scatter_softmax_pool": "edge1:cmp.scatter_softmax_pool",
+            "hca1:cmp.scatter_softmax_pool": "edge1:hca.scatter_softmax_pool",
             "csa:cmp.rmsnorm_rope_cache_write": "edge:cmp.rmsnorm_rope_cache_write",
             "csa:icmp.kv_and_cache_write": "edge:icmp.kv_and_cache_write",
             "csa:idx.score": "edge:idx.score", "csa:idx.topk": "edge:idx.topk"}
@@ -206,6 +226,12 @@ def tiny_jobs():
     base = _layer_jobs("decode-csa", OURS, "csa:", seen)
     base |= _layer_jobs("decode-hca", OURS, "hca:", seen)
     base |= _layer_jobs("decode-csa", ("idx_topk_bounded",), "csa64:", seen, max_context=64)
+    pools = ("cmp_scatter_softmax_pool",)
+    base |= _layer_jobs("decode-csa", pools, "csa1:", seen, disabled=("pool-fanout",))   # one block
+    base |= _layer_jobs("decode-hca", pools, "hca1:", seen, disabled=("pool-fanout",))
+    # request tiles of 2, the last one short (B = 3; S = 8, so that T is a multiple of 8 as the scatter needs)
+    base |= _layer_jobs("decode-csa", pools, "rag:", seen, batch=3, seq=8)
+    base |= _layer_jobs("decode-hca", pools, "hrag:", seen, batch=3, seq=8)
     return base | _edge_variants(base)
 
 
@@ -223,9 +249,11 @@ TINY = ["csa:csa.csa_rope_step", "csa:csa.rope_interleave.step", "csa:csa.csa_cm
         "csa:idx.qr_hadamard_quant", "csa:idx.weights_proj", "csa:icmp.kv_score_proj", "csa:icmp.scatter_softmax_pool",
         "csa:icmp.rmsnorm_rope", "csa:icmp.kv_hadamard", "csa:idx.topk.select",
         "hca:hca.cmp_rope_rows", "hca:cmp.scatter_softmax_pool", "hca:cmp.rmsnorm_rope_cache_write",
-        "csa64:idx.topk.bounded",
+        "csa64:idx.topk.bounded", "csa1:icmp.scatter_softmax_pool", "rag:cmp.scatter_softmax_pool",
+        "rag:icmp.scatter_softmax_pool", "hrag:cmp.scatter_softmax_pool",
         "edge:cmp.scatter_softmax_pool", "edge:hca.scatter_softmax_pool", "edge:cmp.pool_blocks",
-        "edge:hca.pool_blocks", "edge:cmp.rmsnorm_rope_cache_write", "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
+        "edge:hca.pool_blocks", "edge1:cmp.scatter_softmax_pool", "edge1:hca.scatter_softmax_pool",
+        "edge:cmp.pool_tile_blocks", "edge:hca.pool_tile_blocks", "edge:cmp.rmsnorm_rope_cache_write", "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
 
 
 # ---- checks ----------------------------------------------------------------------------------------------------
@@ -359,13 +387,20 @@ def test_tiny_task_matches_reference(tiny_batch, name):
 
 def test_edges_reach_what_they_claim(tiny_batch, tiny_jobs):
     """Non-vacuity of the data: entries pooled with missing rows, both bypass branches, writes that land."""
-    for name in ("edge:cmp.scatter_softmax_pool", "hca:cmp.scatter_softmax_pool"):
+    for name in ("edge:cmp.scatter_softmax_pool", "hca:cmp.scatter_softmax_pool", "edge1:cmp.scatter_softmax_pool",
+                 "hrag:cmp.scatter_softmax_pool"):
         _, job, _ = tiny_batch[name]
         pooled = job.goldens["pooled"]
         assert (pooled == 0).all(1).any() and (pooled != 0).any(1).sum() >= 2   # requests with and without an entry
-    task, job, _ = tiny_batch["edge:cmp.scatter_softmax_pool"]
-    base = tiny_jobs["csa:cmp.scatter_softmax_pool"][1]
-    assert not np.array_equal(job.goldens["pooled"][[0, 2, 3]], base.goldens["pooled"][[0, 2, 3]])
+    for form in ("", "1"):
+        task, job, _ = tiny_batch[f"edge{form}:cmp.scatter_softmax_pool"]
+        base = tiny_jobs[f"csa{form}:cmp.scatter_softmax_pool"][1]
+        assert not np.array_equal(job.goldens["pooled"][[0, 2, 3]], base.goldens["pooled"][[0, 2, 3]])
+    for name, blocks in (("csa:cmp.scatter_softmax_pool", 4), ("csa1:cmp.scatter_softmax_pool", 1),
+                         ("hca1:cmp.scatter_softmax_pool", 1), ("rag:cmp.scatter_softmax_pool", 2),
+                         ("hrag:cmp.scatter_softmax_pool", 2)):   # both forms of the pool, the ragged grid
+        task = tiny_jobs[name][0]
+        assert task.blocks == blocks and (blocks == 1) == ("tile" not in task.attrs), name
     _, job, _ = tiny_batch["csa:idx.topk.select"]
     fb, out = job.inputs["fallback"], job.goldens["out"]
     assert (fb != out).any(1).any() and (fb == out).all(1).any()            # bypassed rows and kept rows

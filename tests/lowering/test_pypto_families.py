@@ -32,6 +32,14 @@ CASES = {
     "quant_rows": Case("graph @k<T = 20>(%x: f32[T,64]) {\n"
                        "  %q, %s = quant_rows(%x) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
                        "  return %q, %s\n}\n"),
+    # the SPMD grid of quant-workers: blocks of a worker's rows (3 tiles of 8 on 3 workers: 24, 24 and 4 rows,
+    # valid_shape) and, for wide rows, of one 16-row vector tile (13 tiles on 4 workers: 6 × 16 rows and 4)
+    "quant_rows_workers": Case("graph @k<T = 52>(%x: f32[T,64]) {\n"
+                               "  %q, %s = quant_rows(%x) {tile = [8], workers = 3, blocks = 3, tail = clamp}"
+                               " : i8[T,64], f32[T]\n  return %q, %s\n}\n"),
+    "quant_rows_workers_wide": Case("graph @k<T = 100>(%x: f32[T,1024]) {\n"
+                                    "  %q, %s = quant_rows(%x) {tile = [8], workers = 4, blocks = 4, tail = clamp}"
+                                    " : i8[T,1024], f32[T]\n  return %q, %s\n}\n"),
     "o_proj_b": Case("graph @k<T = 20>(%x: i8[T,64], %w: i8[256,256]) {\n"
                      "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,256]\n  return %y\n}\n"),
     "o_proj_b_deep_k": Case("graph @k<T = 20>(%x: i8[T,1024], %w: i8[64,2048]) {\n"
