@@ -11,8 +11,8 @@ Two batches:
   (`REPLACED`): a ring-row collision inside one step (the later token wins and the pool reads it), a request
   without an entry, unmapped state / index pages, −1 and duplicate slots at pooling tokens, FP32_NEG_INF scores
   inside the visible range and exact score ties;
-* **flash**: every such task of the flash TP4 decode-csa / decode-hca layers (and decode-csa with
-  max_context = 2048 for `idx_topk_bounded`) compiles to the execute graph (compile mode).
+* **flash**: `idx_topk_bounded` of decode-csa with max_context = 2048 at flash TP4 compiles to the execute graph
+  (compile mode); the other flash TP4 kernels of these layers compile in tests/lowering/test_pypto_flash_compile.py.
 
 Comparisons (always: res.ok, inputs untouched, pypto's tensor-graph + 6 default pass-verify rows all PASS, except
 idx_topk, see below):
@@ -428,16 +428,13 @@ def _flash_tasks(layer: str, ops, seen: set, **params):
     return tg, ids
 
 
-def test_flash_tp4_kernels_compile():
+def test_flash_tp4_bounded_topk_compiles():
+    """The bounded top-K at the flash context the bypass covers (the default flash layers have no max_context, so
+    tests/lowering/test_pypto_flash_compile.py never builds it)."""
     from lowering.pypto_exec import check_kernels
 
-    covered, failed, seen = set(), [], set()
-    for layer, ops, params in (("decode-csa", OURS, {}), ("decode-hca", OURS, {}),
-                               ("decode-csa", ("idx_topk_bounded",), {"max_context": 2048})):
-        tg, ids = _flash_tasks(layer, ops, seen, **params)
-        runs = check_kernels(tg, "compile", tasks=ids)
-        assert len(runs) == len(ids)
-        covered |= {tg.tasks[i].op for i in ids}
-        failed += [f"{layer} {r.name}: {r.error}" for r in runs if not r.ok]
-    assert not failed, failed
-    assert covered == set(OURS)
+    tg, ids = _flash_tasks("decode-csa", ("idx_topk_bounded",), set(), max_context=2048)
+    assert ids
+    runs = check_kernels(tg, "compile", tasks=ids)
+    assert len(runs) == len(ids)
+    assert all(r.ok for r in runs), [f"{r.name}: {r.error}" for r in runs if not r.ok]
