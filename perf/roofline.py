@@ -155,6 +155,7 @@ _SPARSE: dict[str, Callable[[Task], dict[str, float]]] = {
     "idx_score": _score_rows,
     "csa_qk_pv": _csa_qk_rows,
     "kv_touch": lambda t: {"kv_cache": 0.0},          # a WAR marker: a no-op self copy on the device
+    "window_release": lambda t: {"window": 0.0},      # barrier 2 and the credit reset: the window is not read
     "moe_dispatch_push": _routed_rows,
     "moe_dispatch_gather": lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
                                       for a in t.args if len(a.shape) >= 2 and a.shape[0] == 16},

@@ -64,3 +64,14 @@ def test_collectives_count_remote_bytes():
     a2a = task_work(tg.task("o.o_group_a2a"))
     assert a2a.remote == pytest.approx(8 * 128 * 4096 * 2 * 3 / 4)
     assert chip_bound(a2a).limit == "link"
+
+
+def test_a_window_release_moves_no_data():
+    """The release typed-gather adds is a rendezvous and a credit reset (kernels/window_release.py): its window
+    operand orders it, nothing reads the window's bytes."""
+    import passes
+
+    g = passes.run_pipeline(layers.build("decode-swa", config="flash", tp=4)).graph
+    release = task_work(build_task_graph(g).task("o.o_group_a2a.release"))
+    assert release.bytes == 0 and release.remote == 0
+    assert chip_bound(release).limit == "none"
