@@ -111,6 +111,35 @@ def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1
     return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
 
 
+_PTO_L1_STEP_BYTES = 512 * 1024  # L1 holds one k step's A and B slices (single-buffered; beyond it pypto spills)
+_PTO_TASK_CYCLES = 270           # the AICPU's scheduling per pypto task (serial over the kernel's tasks)
+
+
+def _pto_cube_tiles_filled(m: int, k: int, n: int, dtype: str, matmuls: int = 1):
+    """(tm, tk, tk1, tn) for `matmuls` products [m,k]·[k,n], one pypto task per output tile: every 16-aligned
+    output tile up to 128 × 256 (32-aligned n for int8) that fits L0C, its L1 k tile the deepest multiple of
+    the L0 k tile whose A and B slices fit L1 (K need not divide: pypto runs a shorter last step). A task's
+    time is its L1 copies (a fixed cost each, then bandwidth), so the tiles minimising waves × task time over
+    the cube cores, plus the AICPU's scheduling, win; ties: fewer tasks. Output tiles sized to fill the cube
+    cores once beat 128 × 256 tiles that leave cores idle (flash TP4 o_proj_a: 128 × 176 tiles, 24 tasks)."""
+    item = ITEMSIZE[dtype]
+    align = 32 if item == 1 else 16
+
+    def plan(tm, tn):
+        tk = min(256 if item > 1 else 512, round_up(max(k, 1), align))
+        while (tm * tk * item > L0A_BYTES or tk * tn * item > L0B_BYTES) and tk > align:
+            tk //= 2
+        tk1 = max(tk, min(round_up(k, tk), _PTO_L1_STEP_BYTES // ((tm + tn) * item) // tk * tk))
+        tasks = matmuls * ceil_div(m, tm) * ceil_div(n, tn)
+        task = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
+        cost = ceil_div(tasks, _PTO_CUBE_CORES) * task + tasks * _PTO_TASK_CYCLES
+        return cost, tasks, (tm, tk, tk1, tn)
+
+    plans = [plan(tm, tn) for tm in range(16, min(128, round_up(max(m, 1), 16)) + 1, 16)
+             for tn in range(align, min(256, round_up(max(n, 1), align)) + 1, align) if tm * tn * 4 <= L0C_BYTES]
+    return min(plans)[2]
+
+
 def pypto_o_proj_a(spec: KernelSpec) -> str:
     heads, wo_a = spec.operands
     out = spec.results[0]
@@ -121,7 +150,7 @@ def pypto_o_proj_a(spec: KernelSpec) -> str:
     src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, width), 2)))})")
     src(f"a = pypto.reshape(pypto.view({heads.name}, [1, {rows}, {width}], [{g}, 0, 0]), [{rows}, {width}])")
     src(f"b = pypto.reshape(pypto.view({wo_a.name}, [1, {n}, {width}], [{g}, 0, 0]), [{n}, {width}])")
-    src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(rows, width, n, 'bf16')})")
+    src(f"pypto.set_cube_tile_shapes({_pto_cube_args(*_pto_cube_tiles_filled(rows, width, n, 'bf16'))})")
     src("c = pypto.matmul(a, b, pypto.DT_FP32, b_trans=True)")
     src(f"pypto.assemble(c, [0, 0], {out.name})")
     return src.text()
