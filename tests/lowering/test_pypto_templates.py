@@ -33,6 +33,11 @@ CASES = {
         "graph @k<T = 24>(%a: bf16[T,128], %b: bf16[128,64], %acc: f32[T,64] inout) {\n"
         "  %y = matmul(%a, %b, %acc) {accumulate = atomic, k_split = 4, tile = [16, 64, 32], tail = clamp}"
         " : f32[T,64]\n  return %y\n}\n", integers=True),
+    # n = 512 in 256-wide cube blocks: the adds run on [32, 256] tiles, one block each; the last row block partial
+    "matmul_atomic_blocks": Case(
+        "graph @k<T = 40>(%a: bf16[T,512], %b: bf16[512,512], %acc: f32[T,512] inout) {\n"
+        "  %y = matmul(%a, %b, %acc) {accumulate = atomic, k_split = 2, tile = [32, 256, 256], tail = clamp}"
+        " : f32[T,512]\n  return %y\n}\n", integers=True),
     "add_bf16": Case("graph @k<T = 20>(%a: bf16[T,96], %b: bf16[T,96]) {\n"
                      "  %y = add(%a, %b) : bf16[T,96]\n  return %y\n}\n"),
     "mul_f32_3d": Case("graph @k<T = 8>(%a: f32[T,4,64], %b: f32[T,4,64]) {\n"
