@@ -62,6 +62,16 @@ def _pto_copy_cycles(nbytes: int) -> float:
     return _PTO_COPY_CYCLES + nbytes / _PTO_COPY_BYTES_PER_CYCLE
 
 
+def _pto_k_tiles(tm: int, tn: int, k: int, item: int) -> tuple[int, int]:
+    """(tk, tk1) for a tm × tn output tile: the L0 k tile as large as L0A and L0B allow (up to 256, 512 for
+    int8), the L1 k tile the deepest multiple of it whose A and B slices fit L1 (K need not divide it: pypto
+    runs a shorter last step; every L1 step costs a fixed copy each of A and B)."""
+    tk = min(256 if item > 1 else 512, round_up(max(k, 1), 32 if item == 1 else 16))
+    while (tm * tk * item > L0A_BYTES or tk * tn * item > L0B_BYTES) and tk > (32 if item == 1 else 16):
+        tk //= 2
+    return tk, max(tk, min(round_up(k, tk), _PTO_L1_BYTES // ((tm + tn) * item) // tk * tk))
+
+
 def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) -> _CubePlan:
     """The plan for `slices` products [br, k]·[k, n] per row block of `rows` rows, by an estimate of pypto
     0.2.0's cost model: a task streams its A and B slices into L1 one copy at a time (a fixed cost per copy,
@@ -77,12 +87,7 @@ def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) 
     for tn in sorted({min(t, round_up(max(n, 1), align)) for t in (128, 256)}):
         if tm * tn * 4 > L0C_BYTES:
             continue
-        tk = min(256 if item > 1 else 512, round_up(max(k, 1), align))
-        while (tm * tk * item > L0A_BYTES or tk * tn * item > L0B_BYTES) and tk > align:
-            tk //= 2
-        tk1 = tk
-        while tk1 * 2 <= round_up(k, tk) and (tm + tn) * tk1 * 2 * item <= _PTO_L1_BYTES:
-            tk1 *= 2
+        tk, tk1 = _pto_k_tiles(tm, tn, k, item)
         steps, tiles = ceil_div(k, tk1), ceil_div(n, tn)
         for merge in range(1, tiles + 1):
             tasks = groups * ceil_div(tiles, merge)

@@ -56,7 +56,7 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
                       ceil_div, round_up, row_block, vec_tile)
 
-from .matmul import _pto_cube_plan, _pto_cube_setup  # noqa: E402
+from .matmul import _pto_cube_plan, _pto_cube_setup, _pto_k_tiles  # noqa: E402
 
 _PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
@@ -113,7 +113,6 @@ def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1
     return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
 
 
-_PTO_L1_STEP_BYTES = 512 * 1024  # L1 holds one k step's A and B slices (single-buffered; beyond it pypto spills)
 _PTO_TASK_CYCLES = 270           # the AICPU's scheduling per pypto task (serial over the kernel's tasks)
 
 
@@ -128,10 +127,7 @@ def _pto_cube_tiles_filled(m: int, k: int, n: int, dtype: str, matmuls: int = 1)
     align = 32 if item == 1 else 16
 
     def plan(tm, tn):
-        tk = min(256 if item > 1 else 512, round_up(max(k, 1), align))
-        while (tm * tk * item > L0A_BYTES or tk * tn * item > L0B_BYTES) and tk > align:
-            tk //= 2
-        tk1 = max(tk, min(round_up(k, tk), _PTO_L1_STEP_BYTES // ((tm + tn) * item) // tk * tk))
+        tk, tk1 = _pto_k_tiles(tm, tn, k, item)
         tasks = matmuls * ceil_div(m, tm) * ceil_div(n, tn)
         task = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
         cost = ceil_div(tasks, _PTO_CUBE_CORES) * task + tasks * _PTO_TASK_CYCLES

@@ -33,6 +33,9 @@ CASES = {
         "graph @k<T = 24>(%a: bf16[T,128], %b: bf16[128,64], %acc: f32[T,64] inout) {\n"
         "  %y = matmul(%a, %b, %acc) {accumulate = atomic, k_split = 4, tile = [16, 64, 32], tail = clamp}"
         " : f32[T,64]\n  return %y\n}\n", integers=True),
+    # K = 2816 in L1 k tiles of 1280 (the deepest multiple of the L0 k tile that L1 holds): a shorter last step
+    "matmul_deep_k": Case("graph @k<T = 32>(%a: bf16[T,2816], %b: bf16[2816,256]) {\n"
+                          "  %y = matmul(%a, %b) : f32[T,256]\n  return %y\n}\n", integers=True),
     # n = 512 in 256-wide cube blocks: the adds run on [32, 256] tiles, one block each; the last row block partial
     "matmul_atomic_blocks": Case(
         "graph @k<T = 40>(%a: bf16[T,512], %b: bf16[512,512], %acc: f32[T,512] inout) {\n"
