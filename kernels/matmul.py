@@ -30,7 +30,9 @@ def matmul(a, b, acc=None, *, out="f32", trans_b=False, k_split=1, split_order=N
 # the seeded f32 accumulator, in ascending split order (the reference order). The row block is the IR's
 # tile; inside it the cube tiles and pypto's task grouping are planned for pypto 0.2.0's cost model
 # (`_pto_cube_plan`).
+from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, ceil_div,  # noqa: E402
                      py_list, round_up, row_block, vec_tile)
@@ -109,15 +111,40 @@ _PTO_ACC_TILE_BYTES = 64 * 1024  # f32 tiles of the atomic adds: fewer vector ta
 _pto_OUT = {"f32": "pypto.DT_FP32", "bf16": "pypto.DT_BF16", "fp16": "pypto.DT_FP16", "i32": "pypto.DT_INT32"}
 
 
-def _pto_acc_tile(plan: _CubePlan, br: int, n: int) -> list[int]:
-    """The vector tile of the atomic adds: one cube task's output block (tm × merge·tn) when those blocks tile
-    n, so each add waits only for its own block's products (one task per K slice); a tile across blocks waits
-    for all of them, which pypto joins through a hub task, one more link in the chain (flash TP4 qr_proj:
-    [16, 1024] → [128, 128] tiles, 29.1 → 27.2 µs). Otherwise whole rows; ≤ 64 KiB f32 either way."""
-    block = plan.merge * plan.tn
-    if n % block:
-        return vec_tile((br, n), 4, _PTO_ACC_TILE_BYTES)
-    return vec_tile((min(br, plan.tm), block), 4, _PTO_ACC_TILE_BYTES)
+def _pto_acc_tile(plan: _CubePlan, br: int, width: int) -> list[int]:
+    """The vector tile of the atomic adds in a column block: the cube's row tile by the block, ≤ 64 KiB f32."""
+    return vec_tile((min(br, plan.tm), width), 4, _PTO_ACC_TILE_BYTES)
+
+
+@dataclass(frozen=True)
+class _ColBlock:
+    """One iteration's column block of `_pto_col_loop`: offset expression, width, valid width when partial."""
+
+    c0: str
+    width: int
+    valid: str | None
+
+
+@contextmanager
+def _pto_col_loop(src: Src, n: int, block: int) -> Iterator[_ColBlock]:
+    """A loop over n in blocks of the plan's task width (merge · tn; no loop when one block covers n), so each
+    iteration's products are one pypto task per K slice and its adds wait for those alone. A root function whose
+    tasks share an operand view starts them through a hub task, and adds over several blocks wait for all of
+    them through another: each a link of ~3 µs in the chain (flash TP4 qr_proj 29.1 → 20.6 µs)."""
+    if n <= block:
+        yield _ColBlock("0", n, None)
+        return
+    with src.block(f"for nb in pypto.loop(0, {ceil_div(n, block)}, 1, name=\"cols_loop\", idx_name=\"nb\"):"):
+        src(f"c0 = nb * {block}")
+        if n % block:
+            src(f"cv = pypto.min({n} - c0, {block})")
+        yield _ColBlock("c0", block, "cv" if n % block else None)
+
+
+def _pto_view(name: str, shape: list, offsets: list, valid: list) -> str:
+    """`pypto.view` source; the valid shape only when it differs from the shape."""
+    tail = f", valid_shape={py_list(valid)}" if [str(v) for v in valid] != [str(x) for x in shape] else ""
+    return f"pypto.view({name}, {py_list(shape)}, {py_list(offsets)}{tail})"
 
 
 def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
@@ -141,23 +168,37 @@ def pypto_matmul(spec: KernelSpec) -> str:
     k_tile = max(hi - lo for lo, hi in splits)
     trans = ", b_trans=True" if trans_b else ""
     plan = _pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
-    with loop.loop():
+    r0 = "r0" if loop.looped else "0"
+    rows_valid = "valid" if loop.looped and loop.partial else br
+    with loop.loop(), _pto_col_loop(src, n, plan.merge * plan.tn) as col:
         _pto_cube_setup(src, plan)
+        cols_valid = col.valid or col.width
+
+        def b_part(lo: int, hi: int) -> str:
+            if (lo, hi) == (0, k) and col.width == n:
+                return b.name
+            if trans_b:
+                return _pto_view(b.name, [col.width, hi - lo], [col.c0, lo], [cols_valid, hi - lo])
+            return _pto_view(b.name, [hi - lo, col.width], [lo, col.c0], [hi - lo, cols_valid])
+
+        def block(t) -> str:
+            return _pto_view(t.name, [br, col.width], [r0, col.c0], [rows_valid, cols_valid])
+
+        def store(value: str) -> None:
+            src(f"pypto.assemble({value}, [{r0}, {col.c0}], {out.name})")
+
         if acc is None:
-            dt = _pto_OUT[out.dtype]
-            src(f"c = pypto.matmul({loop.view(a)}, {b.name}, {dt}{trans})")
-            loop.store("c", out)
+            src(f"c = pypto.matmul({loop.view(a)}, {b_part(0, k)}, {_pto_OUT[out.dtype]}{trans})")
+            store("c")
             return src.text()
         for s, (lo, hi) in enumerate(splits):
             a_part = loop.view(a) if (lo, hi) == (0, k) else _pto_cols(loop, a, lo, hi - lo)
-            b_shape, b_off = ([n, hi - lo], [0, lo]) if trans_b else ([hi - lo, n], [lo, 0])
-            b_part = b.name if (lo, hi) == (0, k) else f"pypto.view({b.name}, {py_list(b_shape)}, {py_list(b_off)})"
-            src(f"p{s} = pypto.matmul({a_part}, {b_part}, pypto.DT_FP32{trans})")
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, _pto_acc_tile(plan, br, n)))})")
-        src(f"total = {loop.view(acc)}")
+            src(f"p{s} = pypto.matmul({a_part}, {b_part(lo, hi)}, pypto.DT_FP32{trans})")
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, _pto_acc_tile(plan, br, col.width)))})")
+        src(f"total = {block(acc) if col.width < n else loop.view(acc)}")
         for s in range(len(splits)):
             src(f"total = pypto.add(total, p{s})")
-        loop.store("total", out)  # the in-place result: same buffer as `acc`, written through its own parameter
+        store("total")  # the in-place result: same buffer as `acc`, written through its own parameter
     return src.text()
 
 
