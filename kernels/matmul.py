@@ -118,7 +118,7 @@ def _pto_acc_tile(plan: _CubePlan, br: int, width: int) -> list[int]:
 
 @dataclass(frozen=True)
 class _ColBlock:
-    """One iteration's column block of `_pto_col_loop`: offset expression, width, valid width when partial."""
+    """One iteration's block of `_pto_block_loop`: offset expression, width, valid width when partial."""
 
     c0: str
     width: int
@@ -126,19 +126,27 @@ class _ColBlock:
 
 
 @contextmanager
-def _pto_col_loop(src: Src, n: int, block: int) -> Iterator[_ColBlock]:
-    """A loop over n in blocks of the plan's task width (merge · tn; no loop when one block covers n), so each
-    iteration's products are one pypto task per K slice and its adds wait for those alone. A root function whose
-    tasks share an operand view starts them through a hub task, and adds over several blocks wait for all of
-    them through another: each a link of ~3 µs in the chain (flash TP4 qr_proj 29.1 → 20.6 µs)."""
-    if n <= block:
-        yield _ColBlock("0", n, None)
+def _pto_block_loop(src: Src, extent: int, block: int,
+                    names=("cols_loop", "nb", "c0", "cv")) -> Iterator[_ColBlock]:
+    """A `pypto.loop` over a static extent in blocks (none when one block covers it); `names` are the loop's,
+    its index's, the block offset's and its valid extent's (emitted for a partial last block)."""
+    loop, idx, offset, valid = names
+    if extent <= block:
+        yield _ColBlock("0", extent, None)
         return
-    with src.block(f"for nb in pypto.loop(0, {ceil_div(n, block)}, 1, name=\"cols_loop\", idx_name=\"nb\"):"):
-        src(f"c0 = nb * {block}")
-        if n % block:
-            src(f"cv = pypto.min({n} - c0, {block})")
-        yield _ColBlock("c0", block, "cv" if n % block else None)
+    with src.block(f"for {idx} in pypto.loop(0, {ceil_div(extent, block)}, 1, name=\"{loop}\", idx_name=\"{idx}\"):"):
+        src(f"{offset} = {idx} * {block}")
+        if extent % block:
+            src(f"{valid} = pypto.min({extent} - {offset}, {block})")
+        yield _ColBlock(offset, block, valid if extent % block else None)
+
+
+def _pto_col_loop(src: Src, n: int, block: int):
+    """The loop over n in blocks of the plan's task width (merge · tn), so each iteration's products are one
+    pypto task per K slice and its adds wait for those alone. A root function whose tasks share an operand view
+    starts them through a hub task, and adds over several blocks wait for all of them through another: each a
+    link of ~3 µs in the chain (flash TP4 qr_proj 29.1 → 20.6 µs)."""
+    return _pto_block_loop(src, n, block)
 
 
 def _pto_view(name: str, shape: list, offsets: list, valid: list) -> str:
