@@ -78,15 +78,17 @@ def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) 
     """The plan for `slices` products [br, k]·[k, n] per row block of `rows` rows, by an estimate of pypto
     0.2.0's cost model: a task streams its A and B slices into L1 one copy at a time (a fixed cost per copy,
     so the L1 k tile is as deep as L1 holds), a core runs its tasks in rounds with a gap between them, and the
-    AICPU schedules every task. Output tiles n 128 or 256 wide, and the merge count, minimise the estimate
-    (ties: fewer tasks). Flash TP4 (µs alone, default / all-off row blocks): qr_proj 42.0 → 29.1 / 138 → 51,
-    qproj (i8) 59.6 → 28.5 / 90 → 37, kv_proj 49.4 → 27.5 / 86 → 42 against `cube_shapes`."""
+    AICPU schedules every task. Output tiles n 128 to 256 wide in steps of 32, and the merge count, minimise
+    the estimate (ties: fewer tasks); 64 and 96 wide tiles won it for all-off qr_proj, whose 72 tasks' total
+    work it leaves out (46.5 → 51.7 µs). Flash TP4 (µs alone, default / all-off row blocks): qr_proj 42.0 →
+    29.1 / 138 → 51, qproj (i8) 59.6 → 28.5 / 90 → 37, kv_proj 49.4 → 27.5 / 86 → 42 against `cube_shapes`;
+    tiles 160-224 wide: kv_proj → 27.1 / 38.6, all-off qr_proj 46.5 → 44.9."""
     item = ITEMSIZE[dtype]
     align = 32 if item == 1 else 16
     tm = min(128, round_up(max(br, 1), 16))
     groups = ceil_div(rows, br) * slices * ceil_div(br, tm)   # output-tile rows, each sharing one A slice
     best = None
-    for tn in sorted({min(t, round_up(max(n, 1), align)) for t in (128, 256)}):
+    for tn in sorted({min(t, round_up(max(n, 1), align)) for t in range(128, 257, 32)}):
         if tm * tn * 4 > L0C_BYTES:
             continue
         tk, tk1 = _pto_k_tiles(tm, tn, k, item)
