@@ -74,7 +74,7 @@ def _pto_k_tiles(tm: int, tn: int, k: int, item: int) -> tuple[int, int]:
     return tk, max(tk, min(round_up(k, tk), _PTO_L1_BYTES // ((tm + tn) * item) // tk * tk))
 
 
-def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) -> _CubePlan:
+def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str, blocks: int = 0) -> _CubePlan:
     """The plan for `slices` products [br, k]·[k, n] per row block of `rows` rows, by an estimate of pypto
     0.2.0's cost model: a task streams its A and B slices into L1 one copy at a time (a fixed cost per copy,
     so the L1 k tile is as deep as L1 holds), a core runs its tasks in rounds with a gap between them, and the
@@ -82,7 +82,9 @@ def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) 
     the estimate (ties: fewer tasks); 64 and 96 wide tiles won it for all-off qr_proj, whose 72 tasks' total
     work it leaves out (46.5 → 51.7 µs). Flash TP4 (µs alone, default / all-off row blocks): qr_proj 42.0 →
     29.1 / 138 → 51, qproj (i8) 59.6 → 28.5 / 90 → 37, kv_proj 49.4 → 27.5 / 86 → 42 against `cube_shapes`;
-    tiles 160-224 wide: kv_proj → 27.1 / 38.6, all-off qr_proj 46.5 → 44.9."""
+    tiles 160-224 wide: kv_proj → 27.1 / 38.6, all-off qr_proj 46.5 → 44.9. With the task's SPMD `blocks`
+    given, the estimate is also at least the schedule's ceil(blocks / cube cores) rounds of work / blocks (the
+    work: each task and its gap), which favours fewer, larger tasks when blocks exceed the cores."""
     item = ITEMSIZE[dtype]
     align = 32 if item == 1 else 16
     tm = min(128, round_up(max(br, 1), 16))
@@ -97,6 +99,8 @@ def _pto_cube_plan(rows: int, br: int, slices: int, k: int, n: int, dtype: str) 
             tasks = groups * ceil_div(tiles, merge)
             task = steps * (_pto_copy_cycles(tm * tk1 * item) + merge * _pto_copy_cycles(tk1 * tn * item))
             cost = ceil_div(tasks, _PTO_CUBE_CORES) * (task + _PTO_ROUND_CYCLES) + tasks * _PTO_TASK_CYCLES
+            if blocks:
+                cost = max(cost, ceil_div(blocks, _PTO_CUBE_CORES) * tasks * (task + _PTO_ROUND_CYCLES) / blocks)
             if best is None or (cost, tasks) < best[:2]:
                 best = (cost, tasks, _CubePlan(tm, tk, tk1, tn, merge))
     return best[2]

@@ -46,10 +46,10 @@ CASES = {
                      "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,256]\n  return %y\n}\n"),
     "o_proj_b_deep_k": Case("graph @k<T = 20>(%x: i8[T,1024], %w: i8[64,2048]) {\n"
                             "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,64]\n  return %y\n}\n"),
-    # 4 row blocks of 64 (the last partial) × 11 output tiles 256 wide, three sharing their activations per
-    # task in a loop over 768-wide column blocks (the last partial)
+    # 4 row blocks of 64 (the last partial) × 11 output tiles 256 wide on 16 SPMD blocks: three tiles share
+    # their activations per task in a loop over 768-wide column blocks (the last partial)
     "o_proj_b_merged": Case("graph @k<T = 200>(%x: i8[T,256], %w: i8[2816,512]) {\n"
-                            "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,2816]\n  return %y\n}\n"),
+                            "  %y = o_proj_b(%x, %w) {group = 1, blocks = 16} : i32[T,2816]\n  return %y\n}\n"),
     "o_proj_b_dequant_bf16": Case(
         "graph @k<T = 16>(%sw: f32[256], %a0: i32[T,256], %s0: f32[T], %a1: i32[T,256], %s1: f32[T]) {\n"
         "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = bf16, tile = [8, 256]} : bf16[T,256]\n"
