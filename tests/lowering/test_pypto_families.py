@@ -29,6 +29,16 @@ CASES = {
     # K·u·Σ|h·w| / max(|y|, 1) is about 1e-3 for these inputs
     "o_proj_a_deep_k": Case("graph @k<T = 16>(%h: bf16[2,T,1024], %w: bf16[2,64,1024]) {\n"
                             "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,64]\n  return %y\n}\n", ulps=None, rel=1e-4),
+    # 128 × 128 output tiles with an L1 k tile of 1024: K = 1536 ends in a shorter L1 step (1024 + 512); f32
+    # sums of 1536 products: 1.3e-4 max relative error (1.4e-4 with the 128 × 256 power-of-two tiles)
+    "o_proj_a_partial_l1_step": Case("graph @k<T = 256>(%h: bf16[2,T,1536], %w: bf16[2,768,1536]) {\n"
+                                     "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,768]\n  return %y\n}\n",
+                                     ulps=None, rel=3e-4),
+    # 80 × 176 output tiles in loops over row and column blocks, both last blocks partial, at group 1's offsets;
+    # f32 sums of 1024 products over 156 000 outputs: 1.1e-4 max relative error
+    "o_proj_a_partial_blocks": Case("graph @k<T = 300>(%h: bf16[2,T,1024], %w: bf16[2,520,1024]) {\n"
+                                    "  %y = o_proj_a(%h, %w) {group = 1} : f32[T,520]\n  return %y\n}\n",
+                                    ulps=None, rel=3e-4),
     "quant_rows": Case("graph @k<T = 20>(%x: f32[T,64]) {\n"
                        "  %q, %s = quant_rows(%x) {tile = [8], tail = clamp} : i8[T,64], f32[T]\n"
                        "  return %q, %s\n}\n"),
@@ -44,6 +54,10 @@ CASES = {
                      "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,256]\n  return %y\n}\n"),
     "o_proj_b_deep_k": Case("graph @k<T = 20>(%x: i8[T,1024], %w: i8[64,2048]) {\n"
                             "  %y = o_proj_b(%x, %w) {group = 1} : i32[T,64]\n  return %y\n}\n"),
+    # 4 row blocks of 64 (the last partial) × 11 output tiles 256 wide on 16 SPMD blocks: three tiles share
+    # their activations per task in a loop over 768-wide column blocks (the last partial)
+    "o_proj_b_merged": Case("graph @k<T = 200>(%x: i8[T,256], %w: i8[2816,512]) {\n"
+                            "  %y = o_proj_b(%x, %w) {group = 1, blocks = 16} : i32[T,2816]\n  return %y\n}\n"),
     "o_proj_b_dequant_bf16": Case(
         "graph @k<T = 16>(%sw: f32[256], %a0: i32[T,256], %s0: f32[T], %a1: i32[T,256], %s1: f32[T]) {\n"
         "  %y = o_proj_b_dequant(%sw, %a0, %s0, %a1, %s1) {out = bf16, tile = [8, 256]} : bf16[T,256]\n"

@@ -33,6 +33,21 @@ CASES = {
         "graph @k<T = 24>(%a: bf16[T,128], %b: bf16[128,64], %acc: f32[T,64] inout) {\n"
         "  %y = matmul(%a, %b, %acc) {accumulate = atomic, k_split = 4, tile = [16, 64, 32], tail = clamp}"
         " : f32[T,64]\n  return %y\n}\n", integers=True),
+    # K = 2816 in L1 k tiles of 1280 (the deepest multiple of the L0 k tile that L1 holds): a shorter last step
+    "matmul_deep_k": Case("graph @k<T = 32>(%a: bf16[T,2816], %b: bf16[2816,256]) {\n"
+                          "  %y = matmul(%a, %b) : f32[T,256]\n  return %y\n}\n", integers=True),
+    # n = 640 in a loop over 224-wide column blocks, the last partial (valid_shape), on b^T and on int8
+    "matmul_trans_col_blocks": Case("graph @k<T = 40>(%a: bf16[T,128], %b: bf16[640,128]) {\n"
+                                    "  %y = matmul(%a, %b) {trans_b = true} : f32[T,640]\n  return %y\n}\n",
+                                    integers=True),
+    "matmul_i8_col_blocks": Case("graph @k<T = 40>(%a: i8[T,256], %b: i8[256,640]) {\n"
+                                 "  %y = matmul(%a, %b) {out = i32} : i32[T,640]\n  return %y\n}\n", integers=True),
+    # n = 640 in a loop over 224-wide column blocks: the adds run on [32, 224] tiles; the last row block and
+    # the last column block partial
+    "matmul_atomic_blocks": Case(
+        "graph @k<T = 40>(%a: bf16[T,512], %b: bf16[512,640], %acc: f32[T,640] inout) {\n"
+        "  %y = matmul(%a, %b, %acc) {accumulate = atomic, k_split = 2, tile = [32, 256, 256], tail = clamp}"
+        " : f32[T,640]\n  return %y\n}\n", integers=True),
     "add_bf16": Case("graph @k<T = 20>(%a: bf16[T,96], %b: bf16[T,96]) {\n"
                      "  %y = add(%a, %b) : bf16[T,96]\n  return %y\n}\n"),
     "mul_f32_3d": Case("graph @k<T = 8>(%a: f32[T,4,64], %b: f32[T,4,64]) {\n"
