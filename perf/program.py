@@ -44,6 +44,7 @@ def layer_program(tg: TaskGraph) -> Program:
     version: dict[str, int] = {}          # buffer -> current version
     params: dict[str, tuple] = {}         # tensor param -> (shape, dtype, is_input)
     blocks, included, left = [], [], {}
+    static: set[str] = set()              # tensors some included kernel declares with a static leading axis
 
     def tensor(arg) -> str:
         buf = arg.view.buffer
@@ -82,11 +83,13 @@ def layer_program(tg: TaskGraph) -> Program:
             if a.writes:
                 version[a.view.buffer] = version.get(a.view.buffer, 0) + 1
                 args[a.param] = tensor(a)
+        dynamic = _dynamic_params(body, t.kernel)
+        static.update(name for p, name in args.items() if p not in dynamic)
         head = [f"    # ---- task {t.id} {t.name} ({t.op})"]
         head += [f"    {p} = {args[p]}" for p in _signature_order(body, t.kernel)]
         blocks.append("\n".join(head + lines))
         included.append(t.id)
-    sig = ",\n".join(f"        {n}: pypto.Tensor([{_dims(s, dyn)}], {PTO_DTYPES[d]})"
+    sig = ",\n".join(f"        {n}: pypto.Tensor([{_dims(s, dyn and n not in static)}], {PTO_DTYPES[d]})"
                       for n, (s, d, _i, dyn) in params.items())
     source = ("# One pypto program for the templated part of a task graph (perf/program.py): every kernel body\n"
               "# inlined in submission order (the jit parser must see them: some use `if` on runtime scalars).\n"
@@ -111,6 +114,15 @@ def _signature_order(body: str, name: str) -> list[str]:
     head = body[body.index(f"def {name}("):]
     head = head[:head.index("):")]
     return re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", head, flags=re.M)
+
+
+def _dynamic_params(body: str, name: str) -> set[str]:
+    """Parameters of kernel `name` whose leading axis its signature declares pypto.DYNAMIC (a kernel without a
+    dynamic-extent form, `KernelSpec.static()`, declares none: its in-place reshapes would merge a dynamic axis,
+    which pypto 0.2.0 mis-aligns; in one program such a tensor stays static for every kernel)."""
+    head = body[body.index(f"def {name}("):]
+    head = head[:head.index("):")]
+    return set(re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*pypto\.Tensor\(\[pypto\.DYNAMIC", head, flags=re.M))
 
 
 def _dims(shape, dynamic_lead: bool) -> str:
