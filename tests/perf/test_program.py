@@ -63,7 +63,7 @@ def test_a_tensor_of_a_static_kernel_stays_static(tg):
     prog = layer_program(tg)
     sig = {m[1]: m[2] for m in re.finditer(r"^\s+(T__\w+): pypto\.Tensor\(\[([^\]]*)\]", prog.source, flags=re.M)}
     qk = next(t for t in tg.tasks if t.name == "swa.qk_pv")
-    binds = dict(re.findall(rf"^\s+(\w+) = (T__\w+)$", prog.source.split(f"# ---- task {qk.id} ")[1]
+    binds = dict(re.findall(r"^\s+(\w+) = (T__\w+)$", prog.source.split(f"# ---- task {qk.id} ")[1]
                             .split("# ---- task ")[0], flags=re.M))
     assert binds and not any("DYNAMIC" in sig[name] for name in binds.values())
     assert any(dims.startswith("pypto.DYNAMIC") for dims in sig.values())
