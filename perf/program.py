@@ -44,7 +44,11 @@ def layer_program(tg: TaskGraph) -> Program:
     version: dict[str, int] = {}          # buffer -> current version
     params: dict[str, tuple] = {}         # tensor param -> (shape, dtype, is_input)
     blocks, included, left = [], [], {}
-    static: set[str] = set()              # tensors some included kernel declares with a static leading axis
+    # A tensor that an included kernel declares with a static leading axis is static in the program (a static-T
+    # kernel's in-place reshapes of a DYNAMIC axis kill the simulation, SIGFPE); a kernel that reshapes it in
+    # place as DYNAMIC then fails the program (a matmul of mismatched valid shapes), so it is left out.
+    static_by: dict[str, str] = {}        # tensor -> the first included task that declares it static
+    reshaped: dict[str, str] = {}         # tensor -> an included task that reshapes it in place as DYNAMIC
 
     def tensor(arg) -> str:
         buf = arg.view.buffer
@@ -84,12 +88,20 @@ def layer_program(tg: TaskGraph) -> Program:
                 version[a.view.buffer] = version.get(a.view.buffer, 0) + 1
                 args[a.param] = tensor(a)
         dynamic = _dynamic_params(body, t.kernel)
-        static.update(name for p, name in args.items() if p not in dynamic)
+        mine_static = {name for p, name in args.items() if p not in dynamic}
+        mine_reshaped = {args[p]: t.name for p in _reshaped_in_place(body) & dynamic if p in args}
+        clash = sorted({*(static_by[n] for n in mine_reshaped if n in static_by),
+                        *(reshaped[n] for n in mine_static if n in reshaped)})
+        if clash:
+            left[t.id] = f"shares a tensor with {clash[0]}, static in one and reshaped in place on DYNAMIC in the other"
+            continue
+        static_by.update((n, t.name) for n in mine_static if n not in static_by)
+        reshaped.update(mine_reshaped)
         head = [f"    # ---- task {t.id} {t.name} ({t.op})"]
         head += [f"    {p} = {args[p]}" for p in _signature_order(body, t.kernel)]
         blocks.append("\n".join(head + lines))
         included.append(t.id)
-    sig = ",\n".join(f"        {n}: pypto.Tensor([{_dims(s, dyn and n not in static)}], {PTO_DTYPES[d]})"
+    sig = ",\n".join(f"        {n}: pypto.Tensor([{_dims(s, dyn and n not in static_by)}], {PTO_DTYPES[d]})"
                       for n, (s, d, _i, dyn) in params.items())
     source = ("# One pypto program for the templated part of a task graph (perf/program.py): every kernel body\n"
               "# inlined in submission order (the jit parser must see them: some use `if` on runtime scalars).\n"
@@ -123,6 +135,10 @@ def _dynamic_params(body: str, name: str) -> set[str]:
     head = body[body.index(f"def {name}("):]
     head = head[:head.index("):")]
     return set(re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*pypto\.Tensor\(\[pypto\.DYNAMIC", head, flags=re.M))
+
+
+def _reshaped_in_place(body: str) -> set[str]:
+    return set(re.findall(r"pypto\.reshape\(([A-Za-z_][A-Za-z0-9_]*),[^\n]*inplace=True", body))
 
 
 def _dims(shape, dynamic_lead: bool) -> str:

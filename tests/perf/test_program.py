@@ -67,3 +67,16 @@ def test_a_tensor_of_a_static_kernel_stays_static(tg):
                             .split("# ---- task ")[0], flags=re.M))
     assert binds and not any("DYNAMIC" in sig[name] for name in binds.values())
     assert any(dims.startswith("pypto.DYNAMIC") for dims in sig.values())
+
+
+def test_a_dynamic_in_place_reshape_of_a_static_tensor_is_left_out():
+    """HCA: hca_raw_attn (static T) and hca_cmp_qk_pv (DYNAMIC T, reshapes q in place) share q; pypto 0.2.0
+    cannot take both in one program, so the later one is left out, with the reason."""
+    import passes
+
+    tg = build_task_graph(passes.run_pipeline(layers.build("decode-hca", config="flash", tp=4)).graph)
+    prog = layer_program(tg)
+    why = {tg.tasks[i].name: w for i, w in prog.left_out.items()}
+    assert why["hca.hca_cmp_qk_pv"].startswith("shares a tensor with hca.hca_raw_attn")
+    assert tg.task("hca.hca_raw_attn").id in prog.tasks
+    assert not [n for n, w in why.items() if w.startswith("shares") and n != "hca.hca_cmp_qk_pv"]
