@@ -30,7 +30,7 @@ _WALK_LIMIT = 64       # Graph.reaches: nodes walked before it asks Graph.ancest
 _IMMUTABLE_TYPES = frozenset({int, float, bool, str, type(None), DType, Const, Sym, BinOp, Call})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Value:
     name: str
     type: TensorType
@@ -42,7 +42,7 @@ class Value:
         return f"%{self.name}: {self.type}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     name: str
     op: str
