@@ -619,46 +619,54 @@ def _pto_qproj_inv_rms(src: Src, q: str, hg: int, hd: int, eps: float, out: str)
 
 
 def _pto_qproj_token_chains(src: Src, spec: KernelSpec, hg: int) -> None:
-    """One token (row r0) in chains of hg heads, each one tile [hg, hd]: q = (f32(acc)·sa)·sw, inv_rms
-    (`_pto_qproj_inv_rms`), the nope part cast and assembled, the rope part r·c + r[j ^ 1]·s with the partner by
-    `pypto.gather` on the last axis (j ^ 1 built once per token)."""
-    acc, sa, sw, cos_il, sin_signed = spec.operands
-    out = spec.results[0]
-    _, heads, hd = out.shape
-    n = acc.shape[1]
-    rd = cos_il.shape[1]
-    nope = hd - rd
-    w = hg * hd
-    eps = float(spec.attrs.get("eps", 1e-6))
+    """One token (row r0) in chains of hg heads, each one tile [hg, hd] (`_pto_qproj_chain`), with the partner
+    index j ^ 1 built once per token."""
+    rd = spec.operands[3].shape[1]
+    heads = spec.results[0].shape[1]
     _pto_swap_index(src, rd, "sji")
     src(f"pypto.set_vec_tile_shapes({hg}, {rd})")
     src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{hg}, {rd}])")
     for g in range(heads // hg):
         # sa per chain: one [1, 1] read each, so no chain keeps the other's broadcast tile alive (a spill)
         src("pypto.set_vec_tile_shapes(1, 8)")
-        src(f"sav = pypto.view(pypto.reshape({sa.name}, [rows, 1], inplace=True), [1, 1], [r0, 0])")
-        src(f"pypto.set_vec_tile_shapes(1, {w})")
-        src(f"x = {cast_expr(f'pypto.view({acc.name}, [1, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
-        src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {n}]), [1, {w}], [0, {g * w}])")
-        src("q2 = pypto.mul(pypto.mul(x, sav), swr)")
-        src(f"pypto.set_vec_tile_shapes({hg}, {hd})")
-        src(f"q = pypto.reshape(q2, [{hg}, {hd}])")
-        _pto_qproj_inv_rms(src, "q", hg, hd, eps, "inv")
-        src(f"pypto.set_vec_tile_shapes({hg}, {hd})")
-        src("qn = pypto.mul(q, inv)")
-        if nope:
-            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{hg}, {nope}], [0, 0])', 'f32', out.dtype)}")
-            src(f"pypto.set_vec_tile_shapes(1, {hg}, {_pto_align(nope)})")
-            src(f"pypto.assemble(pypto.reshape(nb_, [1, {hg}, {nope}]), [r0, {g * hg}, 0], {out.name})")
-        src(f"pypto.set_vec_tile_shapes({hg}, {rd})")
+        src(f"sav = pypto.view(pypto.reshape({spec.operands[1].name}, [rows, 1], inplace=True), [1, 1], [r0, 0])")
+        _pto_qproj_chain(src, spec, g, 1, hg, "sav", read_rope_rows=g == 0)
+
+
+def _pto_qproj_chain(src: Src, spec: KernelSpec, g: int, lead: int, hg: int, scale: str,
+                     read_rope_rows: bool = False) -> None:
+    """Chain g of `lead` tokens from row r0, hg heads: one tile [lead, hg·hd] = [lead·hg, hd] (row t·hg + h).
+    q = (f32(acc)·scale)·sw, inv_rms (`_pto_qproj_inv_rms`), the nope part cast and assembled, the rope part
+    r·c + r[j ^ 1]·s with the partner by `pypto.gather` on the last axis (`si`; `cf`, `sf` the [lead·hg, rd]
+    tables, or with `read_rope_rows` read here as the [lead, rd] rows of cos_il / sin_signed)."""
+    acc, _, sw, cos_il, sin_signed = spec.operands
+    out = spec.results[0]
+    hd = out.shape[2]
+    rd = cos_il.shape[1]
+    nope = hd - rd
+    rows, w = lead * hg, hg * hd
+    src(f"pypto.set_vec_tile_shapes({lead}, {w})")
+    src(f"x = {cast_expr(f'pypto.view({acc.name}, [{lead}, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
+    src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {acc.shape[1]}]), [1, {w}], [0, {g * w}])")
+    src(f"q2 = pypto.mul(pypto.mul(x, {scale}), swr)")
+    src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
+    src(f"q = pypto.reshape(q2, [{rows}, {hd}])")
+    _pto_qproj_inv_rms(src, "q", rows, hd, float(spec.attrs.get("eps", 1e-6)), "inv")
+    src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
+    src("qn = pypto.mul(q, inv)")
+    if nope:
+        src(f"nb_ = {cast_expr(f'pypto.view(qn, [{rows}, {nope}], [0, 0])', 'f32', out.dtype)}")
+        src(f"pypto.set_vec_tile_shapes({lead}, {hg}, {_pto_align(nope)})")
+        src(f"pypto.assemble(pypto.reshape(nb_, [{lead}, {hg}, {nope}]), [r0, {g * hg}, 0], {out.name})")
+    src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
+    if read_rope_rows:
         for name, t in (("cf", cos_il), ("sf", sin_signed)):
-            if g == 0:
-                src(f"{name} = {cast_expr(f'pypto.view({t.name}, [1, {rd}], [r0, 0])', t.dtype, 'f32')}")
-        src(f"rp = pypto.view(qn, [{hg}, {rd}], [0, {nope}])")
-        src("ro = pypto.add(pypto.mul(rp, cf), pypto.mul(pypto.gather(rp, 1, si), sf))")
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
-        src(f"pypto.set_vec_tile_shapes(1, {hg}, {_pto_align(rd)})")
-        src(f"pypto.assemble(pypto.reshape(rob, [1, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
+            src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{lead}, {rd}], [r0, 0])', t.dtype, 'f32')}")
+    src(f"rp = pypto.view(qn, [{rows}, {rd}], [0, {nope}])")
+    src("ro = pypto.add(pypto.mul(rp, cf), pypto.mul(pypto.gather(rp, 1, si), sf))")
+    src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
+    src(f"pypto.set_vec_tile_shapes({lead}, {hg}, {_pto_align(rd)})")
+    src(f"pypto.assemble(pypto.reshape(rob, [{lead}, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
 
 
 def _pto_qproj_group_heads(heads: int, hd: int) -> int | None:
@@ -669,23 +677,18 @@ def _pto_qproj_group_heads(heads: int, hd: int) -> int | None:
 
 
 def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int, chain_range: range | None = None) -> None:
-    """G tokens from row r0 in chains of hg heads, each one tile [G, hg·hd] = [G·hg, hd] (row t·hg + h): the
-    token body's math (`_pto_qproj_token_chains`) with the per-token reads done once for the G tokens. The
-    qr_scale column is spread over one 32-byte-aligned column per chain (an own view per chain: a view shared
-    by the chains makes pypto keep its [G, hg·hd] broadcast alive across them, a spill); the cos/sin rows
-    are repeated over the heads once ([G, rd] → [G, hg, rd] → [G·hg, rd]). `chain_range`: the chains to emit
-    (default all of them)."""
-    acc, sa, sw, cos_il, sin_signed = spec.operands
-    out = spec.results[0]
-    _, heads, hd = out.shape
-    n = acc.shape[1]
+    """G tokens from row r0 in chains of hg heads (`_pto_qproj_chain` with lead G), the per-token reads done once
+    for the G tokens. The qr_scale column is spread over one 32-byte-aligned column per chain (an own view per
+    chain: a view shared by the chains makes pypto keep its [G, hg·hd] broadcast alive across them, a spill); the
+    cos/sin rows are repeated over the heads once ([G, rd] → [G, hg, rd] → [G·hg, rd]). `chain_range`: the chains
+    to emit (default all of them)."""
+    _, sa, _, cos_il, sin_signed = spec.operands
+    heads = spec.results[0].shape[1]
     rd = cos_il.shape[1]
-    nope = hd - rd
     g_ = _PTO_QPROJ_GROUP
-    rows, w = g_ * hg, hg * hd
+    rows = g_ * hg
     chosen = chain_range if chain_range is not None else range(heads // hg)
     chains = len(chosen)
-    eps = float(spec.attrs.get("eps", 1e-6))
     _pto_swap_index(src, rd, "sji")
     src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
     src(f"si = pypto.expand_clone(pypto.reshape(sji, [1, {rd}]), [{rows}, {rd}])")
@@ -705,26 +708,7 @@ def _pto_qproj_group_chains(src: Src, spec: KernelSpec, hg: int, chain_range: ra
     for i, g in enumerate(chosen):
         src(f"pypto.set_vec_tile_shapes({g_}, 8)")
         src(f"sac = pypto.view(sa8, [{g_}, 1], [0, {8 * i}])")
-        src(f"pypto.set_vec_tile_shapes({g_}, {w})")
-        src(f"x = {cast_expr(f'pypto.view({acc.name}, [{g_}, {w}], [r0, {g * w}])', acc.dtype, 'f32')}")
-        src(f"swr = pypto.view(pypto.reshape({sw.name}, [1, {n}]), [1, {w}], [0, {g * w}])")
-        src("q2 = pypto.mul(pypto.mul(x, sac), swr)")
-        src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
-        src(f"q = pypto.reshape(q2, [{rows}, {hd}])")
-        _pto_qproj_inv_rms(src, "q", rows, hd, eps, "inv")
-        src(f"pypto.set_vec_tile_shapes({rows}, {hd})")
-        src("qn = pypto.mul(q, inv)")
-        if nope:
-            src(f"nb_ = {cast_expr(f'pypto.view(qn, [{rows}, {nope}], [0, 0])', 'f32', out.dtype)}")
-            src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {_pto_align(nope)})")
-            src(f"pypto.assemble(pypto.reshape(nb_, [{g_}, {hg}, {nope}]), [r0, {g * hg}, 0], "
-                f"{out.name})")
-        src(f"pypto.set_vec_tile_shapes({rows}, {rd})")
-        src(f"rp = pypto.view(qn, [{rows}, {rd}], [0, {nope}])")
-        src("ro = pypto.add(pypto.mul(rp, cf), pypto.mul(pypto.gather(rp, 1, si), sf))")
-        src(f"rob = {cast_expr('ro', 'f32', out.dtype)}")
-        src(f"pypto.set_vec_tile_shapes({g_}, {hg}, {_pto_align(rd)})")
-        src(f"pypto.assemble(pypto.reshape(rob, [{g_}, {hg}, {rd}]), [r0, {g * hg}, {nope}], {out.name})")
+        _pto_qproj_chain(src, spec, g, g_, hg, "sac")
 
 
 def _pto_qproj_parts(spec: KernelSpec, chains: int) -> list[range]:
