@@ -8,7 +8,7 @@ from dspark_ir.graph import Graph, Node
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
-from .rewriting import match_or_skip, set_attrs
+from .rewriting import match_or_skip, not_one_block, set_attrs
 
 POOL = "cmp_scatter_softmax_pool"
 
@@ -64,9 +64,9 @@ class PoolFanout(Pass):
             return f"requests = {self.requests} is not a request count"
         if "tile" in node.attrs:
             return f"already {node.attrs['tile'][0]} request(s) per block"
-        blocks = node.attrs.get("blocks")
-        if blocks is None or blocks.value(g.env) != 1:
-            return f"already {blocks} blocks (not a one-block `pl.at` task)"
+        refusal = not_one_block(g, node)
+        if refusal is not None:
+            return refusal
         batch = node.operands[4].type.shape[0]
         count = batch.value(g.env)
         if count is None:

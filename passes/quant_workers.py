@@ -8,7 +8,7 @@ from dspark_ir.graph import Graph, Node
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
-from .rewriting import match_or_skip, selected, set_attrs
+from .rewriting import match_or_skip, not_one_block, selected, set_attrs
 
 GROUP_SUFFIX = re.compile(r"\.g\d+$")     # the layers name one task per local O group: `tp_o_a_quant.g0`
 
@@ -72,9 +72,9 @@ class QuantWorkers(Pass):
             return f"not one of ops = {list(self.ops)}"
         if "tile" in node.attrs or "workers" in node.attrs:
             return "already tiled over rows"
-        blocks = node.attrs.get("blocks")
-        if blocks is None or blocks.value(g.env) != 1:
-            return f"already {blocks} blocks (not a one-block `pl.at` task)"
+        refusal = not_one_block(g, node)
+        if refusal is not None:
+            return refusal
         rows_dim = node.operands[0].type.shape[0]
         rows = rows_dim.value(g.env)
         if rows is None:

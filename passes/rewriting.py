@@ -71,6 +71,14 @@ def selected(node: Node, names: Sequence[str]) -> bool:
     return node.op in names or stage in names or node.name in names
 
 
+def not_one_block(g: Graph, node: Node) -> str | None:
+    """Why `node` is not a one-block (`pl.at`) task, or None when it is one (a grid pass's precondition)."""
+    blocks = node.attrs.get("blocks")
+    if blocks is None or blocks.value(g.env) != 1:
+        return f"already {blocks} blocks (not a one-block `pl.at` task)"
+    return None
+
+
 def match_or_skip(node: Node, verdict):
     """A pass's `_check` returns its site, or a string saying why the node does not qualify: the latter is a Skip."""
     return Skip(node.name, verdict) if isinstance(verdict, str) else verdict
