@@ -50,10 +50,12 @@ def layer_program(tg: TaskGraph) -> Program:
     static_by: dict[str, str] = {}        # tensor -> the first included task that declares it static
     reshaped: dict[str, str] = {}         # tensor -> an included task that reshapes it in place as DYNAMIC
 
+    def current(arg) -> str:
+        v = version.get(arg.view.buffer, 0)
+        return "T__" + _ident(arg.view.buffer) + (f"__v{v}" if v else "")
+
     def tensor(arg) -> str:
-        buf = arg.view.buffer
-        v = version.get(buf, 0)
-        name = "T__" + _ident(buf) + (f"__v{v}" if v else "")
+        buf, v, name = arg.view.buffer, version.get(arg.view.buffer, 0), current(arg)
         if name not in params:
             b = tg.buffers[buf]
             dyn = _dynamic(arg, RUNTIME_SYMBOLS)          # a token-count leading axis stays DYNAMIC, as in
@@ -77,26 +79,22 @@ def layer_program(tg: TaskGraph) -> Program:
         if lines is None:
             left[t.id] = "kernel body returns early"
             continue
-        args: dict[str, str] = {}
-        for a in t.args:
-            if a.direction == "in":
-                args[a.param] = tensor(a)
-            elif a.direction == "inout":
-                args[inout_input_name(a.param)] = tensor(a)
+        reads = {a.param if a.direction == "in" else inout_input_name(a.param): a
+                 for a in t.args if a.direction in ("in", "inout")}
+        dynamic, in_place = _dynamic_params(body, t.kernel), _reshaped_in_place(body)
+        names = {p: current(a) for p, a in reads.items()}
+        clash = sorted({*(static_by[n] for p, n in names.items() if p in in_place & dynamic and n in static_by),
+                        *(reshaped[n] for p, n in names.items() if p not in dynamic and n in reshaped)})
+        if clash:   # checked on what it reads: the versions it would write are new to the program
+            left[t.id] = f"shares a tensor with {clash[0]}, static in one and reshaped in place on DYNAMIC in the other"
+            continue
+        args = {p: tensor(a) for p, a in reads.items()}
         for a in t.args:
             if a.writes:
                 version[a.view.buffer] = version.get(a.view.buffer, 0) + 1
                 args[a.param] = tensor(a)
-        dynamic = _dynamic_params(body, t.kernel)
-        mine_static = {name for p, name in args.items() if p not in dynamic}
-        mine_reshaped = {args[p]: t.name for p in _reshaped_in_place(body) & dynamic if p in args}
-        clash = sorted({*(static_by[n] for n in mine_reshaped if n in static_by),
-                        *(reshaped[n] for n in mine_static if n in reshaped)})
-        if clash:
-            left[t.id] = f"shares a tensor with {clash[0]}, static in one and reshaped in place on DYNAMIC in the other"
-            continue
-        static_by.update((n, t.name) for n in mine_static if n not in static_by)
-        reshaped.update(mine_reshaped)
+        static_by.update((n, t.name) for p, n in args.items() if p not in dynamic and n not in static_by)
+        reshaped.update((n, t.name) for p, n in args.items() if p in in_place & dynamic)
         head = [f"    # ---- task {t.id} {t.name} ({t.op})"]
         head += [f"    {p} = {args[p]}" for p in _signature_order(body, t.kernel)]
         blocks.append("\n".join(head + lines))
@@ -122,19 +120,22 @@ def _body_lines(body: str, name: str) -> list[str] | None:
     return stmts
 
 
-def _signature_order(body: str, name: str) -> list[str]:
+def _signature(body: str, name: str) -> str:
+    """The parameter list of kernel function `name` in its module source."""
     head = body[body.index(f"def {name}("):]
-    head = head[:head.index("):")]
-    return re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", head, flags=re.M)
+    return head[:head.index("):")]
+
+
+def _signature_order(body: str, name: str) -> list[str]:
+    return re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", _signature(body, name), flags=re.M)
 
 
 def _dynamic_params(body: str, name: str) -> set[str]:
     """Parameters of kernel `name` whose leading axis its signature declares pypto.DYNAMIC (a kernel without a
     dynamic-extent form, `KernelSpec.static()`, declares none: its in-place reshapes would merge a dynamic axis,
     which pypto 0.2.0 mis-aligns; in one program such a tensor stays static for every kernel)."""
-    head = body[body.index(f"def {name}("):]
-    head = head[:head.index("):")]
-    return set(re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*pypto\.Tensor\(\[pypto\.DYNAMIC", head, flags=re.M))
+    return set(re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*pypto\.Tensor\(\[pypto\.DYNAMIC",
+                          _signature(body, name), flags=re.M))
 
 
 def _reshaped_in_place(body: str) -> set[str]:
