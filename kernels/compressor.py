@@ -417,12 +417,8 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     spec = spec.static()
     kv, sc, ape, state_in, table, pos = spec.operands
     state, pooled = spec.results
-    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
-    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
     t_n, out_dim = kv.shape
     width = state.shape[1]
-    batch, pages = table.shape
-    rows = (2 if overlap else 1) * ratio
     src = Src(spec.signature())
     # ---- per token: its state row, validity and winner; then the scatter (one forced subgraph)
     _pto_scope(src, 1)
@@ -850,11 +846,9 @@ def _pto_window_slots(src: Src, spec: KernelSpec, nb: int) -> None:
     """The window rows of requests [b0, b0 + nb) slot-major (slot s = r·nb + b: window row r of request b),
     like `_pto_window_rows` but computed per slot (the request's entry and table row by `pypto.gather` of
     b = s mod nb): `sidx` (i32 [1, rows·nb], 0 where invalid) and `okc` (bool [rows·nb, 1])."""
-    table, pos = spec.operands[4], spec.operands[5]
-    ratio = int(spec.attrs["ratio"])
-    overlap, bs, seq = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
-    pages = table.shape[1]
-    rows = (2 if overlap else 1) * ratio
+    ratio, bs = int(spec.attrs["ratio"]), int(spec.attrs["block_size"])
+    pages = spec.operands[4].shape[1]
+    rows = (2 if bool(spec.attrs["overlap"]) else 1) * ratio
     n = rows * nb
     _pto_request_entries(src, spec, "b0", nb)
     _pto_set_tile(src, [max(nb, 8), 8])
@@ -926,7 +920,7 @@ class _PtoTilePool:
     def _row_max(self, c0: int, c: int) -> None:
         """mx [1, nb·c]: the max over the window rows of the masked score (order-free), per block then once more
         over the block maxima."""
-        src, nb, w = self.src, self.nb, self.nb * c
+        src, w = self.src, self.nb * c
         parts = []
         for j, (r0, n, col) in enumerate(self._blocks(_PTO_POOL_MAX_ELEMS // w)):
             self._rows(c0, c, r0, n, self.out_dim + col, "sn", self._flags("nwc", r0, n), "sb", new_col=col)
