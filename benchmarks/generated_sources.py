@@ -63,10 +63,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def manifest() -> dict[str, str]:
+def manifest(keep: Path | None = None) -> dict[str, str]:
+    """Lower every case and hash its files; `keep`: lower into that directory and leave the files there."""
     with tempfile.TemporaryDirectory(prefix="dspark-sources-") as tmp:
+        root = keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            parts = list(pool.map(lambda c: lower(c, Path(tmp)), cases()))
+            parts = list(pool.map(lambda c: lower(c, root), cases()))
     merged: dict[str, str] = {}
     for part in parts:
         merged.update(part)
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", type=Path, metavar="FILE")
     mode.add_argument("--check", type=Path, metavar="FILE")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="lower into DIR and keep the files (to diff)")
     args = parser.parse_args(argv)
-    actual = manifest()
+    actual = manifest(args.keep)
     if args.write:
         args.write.write_text("".join(f"{d}  {n}\n" for n, d in actual.items()))
         print(f"generated_sources: {len(actual)} files from {len(cases())} lowerings -> {args.write}")

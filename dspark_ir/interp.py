@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kernels._np import NP_DTYPES
+from dspark_ir.semantics.dtypes import NP_DTYPES
 
 from .dims import Dim
 from .errors import DsparkError

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels._np import NP_DTYPES
+from dspark_ir.semantics.dtypes import NP_DTYPES
 
 from .errors import DsparkError
 from .graph import Graph, Value

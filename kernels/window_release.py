@@ -1,14 +1,5 @@
-"""numpy reference of window_release (dspark_ir/ops/window_release.py): a barrier plus a credit reset, no data.
-
-Collective reference: `per_rank[r] = [window]`; returns one token (None) per rank.
-"""
+"""pypto 0.2.0 templates of the window_release kernel family (the ops' numpy semantics: dspark_ir/semantics/window_release.py)."""
 from __future__ import annotations
-
-
-def window_release(per_rank, *, ranks, **_):
-    """Barrier 2 and the credit reset of an exchange window whose consumers are done: no value changes."""
-    return [None] * ranks
-
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # window_release is a rendezvous (barrier 2 with every peer, then the credit reset) and moves no data.

@@ -268,12 +268,12 @@ class _Builder:
         opdef = node.opdef
         attrs = self._attrs(node)
         if self.kind[node.name] == "dummy":
-            return Task(tid, node.name, node.op, "dummy", "none", 1, [], attrs, opdef.reference or "",
+            return Task(tid, node.name, node.op, "dummy", "none", 1, [], attrs, opdef.reference_name(),
                         opdef.family, "", self._results(node), sched=str(attrs.get("sched") or ""))
         core = opdef.core_of(node.attrs)
         return Task(
             tid, node.name, node.op, "kernel", "vector" if core == "none" else core, int(attrs.get("blocks", 1)),
-            self._args(node), attrs, opdef.reference or "", opdef.family, "", self._results(node),
+            self._args(node), attrs, opdef.reference_name(), opdef.family, "", self._results(node),
             operands=len(node.operands), collective=bool(opdef.collective), accumulate=str(attrs.get("accumulate", "none")),
             sched=str(attrs.get("sched") or ""))
 

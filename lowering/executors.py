@@ -15,13 +15,13 @@ producer reads garbage instead of plausible zeros.
 """
 from __future__ import annotations
 
-import importlib
-from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from kernels._np import NP_DTYPES
+from dspark_ir.errors import ShapeError
+from dspark_ir.ops import get_op
+from dspark_ir.semantics.dtypes import NP_DTYPES
 
 from .errors import LoweringError
 from .regions import View, materialize
@@ -31,13 +31,12 @@ from .taskgraph import Task, TaskGraph
 INT_POISON = -0x5A5A5A5A
 
 
-@lru_cache(maxsize=None)
-def reference_fn(path: str) -> Callable[..., Any]:
-    module, _, fn = path.partition(":")
+def reference_of(task: Task) -> Callable[..., Any]:
+    """The numpy semantics of the task's op (its op definition's `reference`)."""
     try:
-        return getattr(importlib.import_module(module), fn)
-    except (ImportError, AttributeError) as e:
-        raise LoweringError(f"cannot load numpy reference '{path}': {e}") from None
+        return get_op(task.op).reference_fn()
+    except ShapeError as e:
+        raise LoweringError(f"task {task.name}: {e}") from None
 
 
 class Memory:
@@ -123,7 +122,7 @@ def run_task(task: Task, mems: Sequence[Memory], split_order: Sequence[int] | No
     """Run one kernel task on every rank through its numpy reference."""
     if task.is_dummy:
         return
-    fn = reference_fn(task.reference)
+    fn = reference_of(task)
     attrs = kernel_attrs(task)
     per_rank = [operand_arrays(task, m) for m in mems]
     try:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from kernels._np import NP_DTYPES
+from dspark_ir.semantics.dtypes import NP_DTYPES
 
 from .errors import LoweringError
 from .taskgraph import TaskGraph

@@ -28,7 +28,7 @@ import numpy as np
 
 from .codegen import RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec
 from .errors import LoweringError
-from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_fn, run_task
+from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
 from .taskgraph import Task, TaskGraph
 
 # Where a task runs under the pypto executor (`TaskRun.backend`).
@@ -206,13 +206,13 @@ def task_source(task: Task, tg: TaskGraph, runtime_symbols: Iterable[str] = RUNT
 
 def _reference_outputs(task: Task, mem: Memory) -> dict[str, np.ndarray]:
     """The numpy reference's results on the task's current inputs, by kernel parameter name."""
-    return _by_param(task, reference_fn(task.reference)(*operand_arrays(task, mem), **kernel_attrs(task)))
+    return _by_param(task, reference_of(task)(*operand_arrays(task, mem), **kernel_attrs(task)))
 
 
 def _collective_outputs(task: Task, mems: Sequence[Memory]) -> list[dict[str, np.ndarray]]:
     """A collective reference's results on every rank's current inputs: one dict per rank."""
     per_rank = [operand_arrays(task, m) for m in mems]
-    results = reference_fn(task.reference)(per_rank, ranks=len(mems), **kernel_attrs(task))
+    results = reference_of(task)(per_rank, ranks=len(mems), **kernel_attrs(task))
     return [_by_param(task, out) for out in results]
 
 
@@ -385,6 +385,6 @@ def zeros_job(task: Task, tg: TaskGraph, mode: str = "compile", runtime_symbols:
 
 
 def _np_dtype(name: str) -> np.dtype:
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return np.dtype(NP_DTYPES[name])

@@ -188,7 +188,7 @@ def parse_swimlane(path: Path) -> dict:
 
 
 def _zeros(shape, dtype: str) -> np.ndarray:
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return np.zeros(shape, NP_DTYPES[dtype])
 

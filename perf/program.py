@@ -166,7 +166,7 @@ def cross_check(tg: TaskGraph, est, params: ScheduleParams, *, workers: int = 1,
     """Run the program in SIM; {ok, pypto_us, pypto_span_us, ours_us, tasks, left_out, error}."""
     import numpy as np
 
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
     from kernels.pypto_rt import KernelJob, run_jobs
 
     from .costs import _swimlane

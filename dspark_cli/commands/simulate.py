@@ -108,7 +108,7 @@ def layer_inputs(g, seed: int):
 
     from dspark_ir import layers
     from goldens import inputs as gi
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     ep = g.attributes.get("ep")
     if ep is None or int(g.attributes.get("ranks", 1)) == layers.graph_config(g).ep:
@@ -128,7 +128,7 @@ def layer_inputs(g, seed: int):
 def _nbytes(buf) -> int:
     import numpy as np
 
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return buf.numel * np.dtype(NP_DTYPES[buf.dtype]).itemsize
 

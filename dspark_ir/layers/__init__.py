@@ -320,7 +320,7 @@ def _check_input_size(g: Graph) -> None:
     """A graph with T = 2**40 builds, verifies and lowers, but its inputs cannot exist: say so in one line."""
     import numpy as np
 
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     total = 0
     for p in g.params:
@@ -356,7 +356,7 @@ def _regime_within_context(g: Graph, cfg: Any, kind: str, regime: str) -> str:
 def _typed(g: Graph, given: Mapping[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     out = {}
     for p in g.params:

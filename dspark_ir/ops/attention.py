@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import attention as attention_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16, I32 = DType.fp32, DType.bf16, DType.i32
@@ -33,7 +34,7 @@ class SwaCacheInsertValidBias(_AttnOp):
     results = ("kv_cache", "bias")
     aliases = {0: 1}
     attrs = {"window": Attr("int", REQUIRED)}
-    reference = "kernels.attention:swa_cache_insert_valid_bias"
+    reference = staticmethod(attention_sem.swa_cache_insert_valid_bias)
 
     def infer(self, ins, attrs):
         kv, cache, slots, lens = ins
@@ -58,7 +59,7 @@ class SwaCacheWriteback(_AttnOp):
     name = "swa_cache_writeback"
     operands = ("kv", "kv_cache", "slot_mapping")
     aliases = {0: 1}
-    reference = "kernels.attention:swa_cache_writeback"
+    reference = staticmethod(attention_sem.swa_cache_writeback)
 
     def infer(self, ins, attrs):
         kv, cache, slots = ins
@@ -80,7 +81,7 @@ class SwaValidBias(_AttnOp):
     name = "swa_valid_bias"
     operands = ("lens",)
     attrs = {"window": Attr("int", REQUIRED)}
-    reference = "kernels.attention:swa_valid_bias"
+    reference = staticmethod(attention_sem.swa_valid_bias)
 
     def infer(self, ins, attrs):
         lens = ins[0]
@@ -98,7 +99,7 @@ class SwaGatherKv(_AttnOp):
     """rows[t, j] = kv_cache[indices[t, j]] (−1 → zeros) → [T, W, head_dim] (swa_gather_kv)."""
     name = "swa_gather_kv"
     operands = ("kv_cache", "indices")
-    reference = "kernels.attention:swa_gather_kv"
+    reference = staticmethod(attention_sem.swa_gather_kv)
 
     def infer(self, ins, attrs):
         cache, idx = ins
@@ -120,7 +121,7 @@ class QkPv(_AttnOp):
     results = ("m", "l", "o")
     attrs = {"scale": Attr("float", REQUIRED), "k_tile": Attr("int", REQUIRED)}
     core = "mix"
-    reference = "kernels.attention:qk_pv"
+    reference = staticmethod(attention_sem.qk_pv)
 
     def infer(self, ins, attrs):
         q, rows, bias, idx = ins
@@ -150,7 +151,7 @@ class MergeNorm(_AttnOp):
     name = "merge_norm"
     operands = ("m", "l", "o", "sink", "cos_il", "sin_signed")
     attrs = {"o_groups": Attr("int", REQUIRED)}
-    reference = "kernels.attention:merge_norm"
+    reference = staticmethod(attention_sem.merge_norm)
 
     def infer(self, ins, attrs):
         m, l, o, sink, cos, sin = ins

@@ -2,11 +2,10 @@
 
 An op declares its operands, results, typed attributes with defaults, the core kind it runs on,
 which results alias which operands (in-place buffer updates), a shape/dtype rule, and the numpy
-function that defines its meaning (`reference = "kernels.<family>:<fn>"`).
+function that defines its meaning (`reference = staticmethod(<family>_sem.<fn>)`, from dspark_ir/semantics).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -155,7 +154,7 @@ class OpDef:
     attrs: ClassVar[dict[str, Attr]] = {}
     core: ClassVar[str] = "vector"
     aliases: ClassVar[dict[int, int]] = {}      # result index -> operand index updated in place
-    reference: ClassVar[str | None] = None      # "kernels.<family>:<function>"
+    reference: ClassVar[Callable[..., Any] | None] = None   # numpy semantics (dspark_ir/semantics/<family>.py)
     family: ClassVar[str] = ""                  # kernel family (module under kernels/)
     collective: ClassVar[bool] = False          # runs across ranks (interpreter gathers all ranks)
     allocates: ClassVar[bool] = False           # results are fresh local buffers (may be updated in place)
@@ -219,10 +218,15 @@ class OpDef:
 
     @classmethod
     def reference_fn(cls) -> Callable[..., Any]:
-        if not cls.reference:
+        if cls.reference is None:
             raise ShapeError(f"op '{cls.name}' has no numpy reference")
-        module, _, fn = cls.reference.partition(":")
-        return getattr(importlib.import_module(module), fn)
+        return cls.reference
+
+    @classmethod
+    def reference_name(cls) -> str:
+        """`module:function` of the numpy reference ("" without one), as reports and generated headers show it."""
+        fn = cls.reference
+        return f"{fn.__module__}:{fn.__qualname__}" if fn is not None else ""
 
 
 OP_REGISTRY: dict[str, type[OpDef]] = {}

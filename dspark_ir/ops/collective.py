@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import collective as collective_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, register_op
 
 
@@ -49,7 +50,7 @@ class OGroupA2A(_CollectiveOp):
     name = "o_group_a2a"
     operands = ("packed",)
     attrs = {"tp": Attr("int", REQUIRED), "t_pad": Attr("int", 1)}
-    reference = "kernels.collective:o_group_a2a"
+    reference = staticmethod(collective_sem.o_group_a2a)
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -70,7 +71,7 @@ class WindowCopyOut(_CollectiveOp):
     name = "window_copy_out"
     operands = ("window",)
     attrs = {"axis": Attr("int", REQUIRED), "rows": Attr("dim", REQUIRED)}
-    reference = "kernels.collective:window_copy_out"
+    reference = staticmethod(collective_sem.window_copy_out)
 
     def infer(self, ins, attrs):
         w, axis, rows = ins[0], attrs["axis"], attrs["rows"]
@@ -90,7 +91,7 @@ class TpOReduceScatter(_CollectiveOp):
     name = "tp_o_reduce_scatter"
     operands = ("partial",)
     attrs = {"tp": Attr("int", REQUIRED), "out": Attr("dtype", "bf16")}
-    reference = "kernels.collective:tp_o_reduce_scatter"
+    reference = staticmethod(collective_sem.tp_o_reduce_scatter)
 
     def infer(self, ins, attrs):
         p = ins[0]

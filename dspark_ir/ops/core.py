@@ -5,6 +5,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import dims as D
 from ..types import DType, TOKEN, TensorType
+from ..semantics import elementwise as elementwise_sem, matmul as matmul_sem, norm as norm_sem, rope as rope_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 FLOATS = (DType.bf16, DType.fp16, DType.fp32)
@@ -23,7 +24,7 @@ class Join(OpDef):
     name = "join"
     operands = ("*ins",)
     core = "none"
-    reference = "kernels.elementwise:join"
+    reference = staticmethod(elementwise_sem.join)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -35,7 +36,7 @@ class Cast(OpDef):
     name = "cast"
     operands = ("x",)
     attrs = {"to": Attr("dtype", REQUIRED), "mode": Attr("enum", "rint", choices=("rint", "trunc"))}
-    reference = "kernels.elementwise:cast"
+    reference = staticmethod(elementwise_sem.cast)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -56,13 +57,13 @@ class _Binary(OpDef):
 @register_op
 class Add(_Binary):
     name = "add"
-    reference = "kernels.elementwise:add"
+    reference = staticmethod(elementwise_sem.add)
 
 
 @register_op
 class Mul(_Binary):
     name = "mul"
-    reference = "kernels.elementwise:mul"
+    reference = staticmethod(elementwise_sem.mul)
 
 
 @register_op
@@ -71,7 +72,7 @@ class Reshape(OpDef):
     operands = ("x",)
     attrs = {"shape": Attr("dims", REQUIRED)}
     core = "none"
-    reference = "kernels.elementwise:reshape"
+    reference = staticmethod(elementwise_sem.reshape)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -89,7 +90,7 @@ class Slice(OpDef):
     operands = ("x",)
     attrs = {"axis": Attr("int", REQUIRED), "start": Attr("dim", REQUIRED), "size": Attr("dim", REQUIRED)}
     core = "none"
-    reference = "kernels.elementwise:slice_"
+    reference = staticmethod(elementwise_sem.slice_)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -110,7 +111,7 @@ class Concat(OpDef):
     operands = ("*xs",)
     attrs = {"axis": Attr("int", REQUIRED)}
     core = "none"
-    reference = "kernels.elementwise:concat"
+    reference = staticmethod(elementwise_sem.concat)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -136,7 +137,7 @@ class Zeros(OpDef):
     operands = ()
     attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "f32")}
     allocates = True
-    reference = "kernels.elementwise:zeros"
+    reference = staticmethod(elementwise_sem.zeros)
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -163,7 +164,7 @@ class Matmul(OpDef):
         "m_split": Attr("int", 1),
     }
     core = "cube"
-    reference = "kernels.matmul:matmul"
+    reference = staticmethod(matmul_sem.matmul)
     family = "matmul"
 
     def infer(self, ins, attrs):
@@ -201,7 +202,7 @@ class RmsNorm(OpDef):
     name = "rmsnorm"
     operands = ("x", "w")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = "kernels.norm:rmsnorm"
+    reference = staticmethod(norm_sem.rmsnorm)
     family = "norm"
 
     def infer(self, ins, attrs):
@@ -221,7 +222,7 @@ class Rope(OpDef):
     name = "rope"
     operands = ("x", "cos", "sin")
     attrs = {"rope_dim": Attr("int", REQUIRED), "inverse": Attr("bool", False), "out": Attr("dtype", "bf16")}
-    reference = "kernels.rope:rope"
+    reference = staticmethod(rope_sem.rope)
     family = "rope"
 
     def infer(self, ins, attrs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import indexer as indexer_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 from .compressor import expect_index_vector, expect_rope_pair, expect_rope_fits, expect_table
 
@@ -53,7 +54,7 @@ class IdxQrDequant(_IdxOp):
     name = "idx_qr_dequant"
     operands = ("acc", "qr_scale", "wq_b_scale")
     attrs = {"heads": Attr("int", REQUIRED)}
-    reference = "kernels.indexer:idx_qr_dequant"
+    reference = staticmethod(indexer_sem.idx_qr_dequant)
 
     def infer(self, ins, attrs):
         acc, sa, sw = ins
@@ -77,7 +78,7 @@ class IdxQrRope(_IdxOp):
     name = "idx_qr_rope"
     operands = ("q", "cos_il", "sin_signed", "swap")
     attrs = {"seq": Attr("int", REQUIRED)}
-    reference = "kernels.indexer:idx_qr_rope"
+    reference = staticmethod(indexer_sem.idx_qr_rope)
 
     def infer(self, ins, attrs):
         q, cos, sin, swap = ins
@@ -101,7 +102,7 @@ class IdxHadamardMatmul(_IdxOp):
     name = "idx_hadamard_matmul"
     operands = ("q", "hadamard")
     core = "cube"
-    reference = "kernels.indexer:idx_hadamard_matmul"
+    reference = staticmethod(indexer_sem.idx_hadamard_matmul)
 
     def infer(self, ins, attrs):
         q, h = ins
@@ -122,7 +123,7 @@ class IdxQQuant(_IdxOp):
     name = "idx_q_quant"
     operands = ("qh",)
     results = ("q", "scale")
-    reference = "kernels.indexer:idx_q_quant"
+    reference = staticmethod(indexer_sem.idx_q_quant)
 
     def infer(self, ins, attrs):
         qh = ins[0]
@@ -142,7 +143,7 @@ class IdxWeightsProj(_IdxOp):
     operands = ("x", "weights_proj")
     attrs = {"k_split": Attr("int", REQUIRED)}
     core = "cube"
-    reference = "kernels.indexer:idx_weights_proj"
+    reference = staticmethod(indexer_sem.idx_weights_proj)
 
     def infer(self, ins, attrs):
         x, w = ins
@@ -165,7 +166,7 @@ class IdxWeightsReduce(_IdxOp):
     name = "idx_weights_reduce"
     operands = ("partials",)
     attrs = {"scale": Attr("float", REQUIRED)}
-    reference = "kernels.indexer:idx_weights_reduce"
+    reference = staticmethod(indexer_sem.idx_weights_reduce)
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -187,7 +188,7 @@ class IdxScore(_IdxOp):
     attrs = _visibility_attrs() | {"block_size": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     core = "mix"
-    reference = "kernels.indexer:idx_score"
+    reference = staticmethod(indexer_sem.idx_score)
 
     def infer(self, ins, attrs):
         q, qs, w, cache, kscale, table, pos, kv_len = ins
@@ -215,7 +216,7 @@ class IdxTopk(_IdxOp):
     operands = ("score", "positions", "kv_seq_len")
     attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
-    reference = "kernels.indexer:idx_topk"
+    reference = staticmethod(indexer_sem.idx_topk)
 
     def infer(self, ins, attrs):
         score, pos, kv_len = ins
@@ -237,7 +238,7 @@ class IdxTopkBounded(_IdxOp):
     name = "idx_topk_bounded"
     operands = ("positions", "kv_seq_len")
     attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED)}
-    reference = "kernels.indexer:idx_topk_bounded"
+    reference = staticmethod(indexer_sem.idx_topk_bounded)
 
     def infer(self, ins, attrs):
         pos, kv_len = ins

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..dims import dim
 from ..types import DType, TensorType
+from ..semantics import moe as moe_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 from .signal import NOTIFY_PER, WAIT_ATTRS, expect_signal
 
@@ -38,7 +39,7 @@ class FfnNorm(_MoeOp):
     operands = ("x", "norm_w")
     results = ("xg", "inv_rms", "x_scale", "q_scale")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = "kernels.moe:ffn_norm"
+    reference = staticmethod(moe_sem.ffn_norm)
 
     def infer(self, ins, attrs):
         x, w = ins
@@ -55,7 +56,7 @@ class XNormQuant(_MoeOp):
     """x_i8 = rint(xg · q_scale), per token."""
     name = "moe_x_norm_quant"
     operands = ("xg", "q_scale")
-    reference = "kernels.moe:x_norm_quant"
+    reference = staticmethod(moe_sem.x_norm_quant)
 
     def infer(self, ins, attrs):
         xg, qs = ins
@@ -73,7 +74,7 @@ class Gate(_MoeOp):
     """scores[T,E] = sqrt(softplus(inv_rms · (xg @ gate_w.T)))."""
     name = "moe_gate"
     operands = ("xg", "inv_rms", "gate_w")
-    reference = "kernels.moe:gate"
+    reference = staticmethod(moe_sem.gate)
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -101,7 +102,7 @@ class RouteHash(_MoeOp):
     operands = ("scores", "tid2eid", "input_ids")
     results = ("indices", "weights")
     attrs = {"routed_scale": Attr("float", 1.5)}
-    reference = "kernels.moe:route_hash"
+    reference = staticmethod(moe_sem.route_hash)
 
     def infer(self, ins, attrs):
         scores, table, ids = ins
@@ -122,7 +123,7 @@ class RouteSort(_MoeOp):
     operands = ("scores", "gate_bias")
     results = ("indices", "weights")
     attrs = {"topk": Attr("int", REQUIRED), "routed_scale": Attr("float", 1.5)}
-    reference = "kernels.moe:route_sort"
+    reference = staticmethod(moe_sem.route_sort)
 
     def infer(self, ins, attrs):
         scores, bias = ins
@@ -159,7 +160,7 @@ class ExpertShared(_MoeOp):
     name = "moe_expert_shared"
     operands = ("x_i8", "x_scale", "w1", "w1_scale", "w3", "w3_scale", "w2", "w2_scale")
     attrs = {"swiglu_limit": Attr("float", 0.0)}
-    reference = "kernels.moe:expert_shared"
+    reference = staticmethod(moe_sem.expert_shared)
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -178,7 +179,7 @@ class ExpertRouted(_MoeOp):
     operands = ("recv_x", "recv_scale", "recv_w", "recv_count", "w1", "w1_scale", "w3", "w3_scale", "w2",
                 "w2_scale")
     attrs = {"swiglu_limit": Attr("float", 0.0)}
-    reference = "kernels.moe:expert_routed"
+    reference = staticmethod(moe_sem.expert_routed)
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -205,7 +206,7 @@ class DispatchMeta(_MoeOp):
     collective = True
     notify_operand = "arrived"
     wait_operand = "arrived"
-    reference = "kernels.moe:dispatch_meta"
+    reference = staticmethod(moe_sem.dispatch_meta)
 
     def infer(self, ins, attrs):
         idx, meta, arrived = ins
@@ -235,7 +236,7 @@ class DispatchPush(_MoeOp):
     aliases = {0: 4, 1: 5, 2: 6}
     collective = True
     notify_operand = "data_arrived"
-    reference = "kernels.moe:dispatch_push"
+    reference = staticmethod(moe_sem.dispatch_push)
 
     def infer(self, ins, attrs):
         idx, wts, x, xs, rx, raux, rroute, sig = ins
@@ -256,7 +257,7 @@ class DispatchGather(_MoeOp):
     name = "moe_dispatch_gather"
     operands = ("recv_x", "recv_aux", "recv_route", "recv_meta")
     results = ("x", "scale", "weight", "route")
-    reference = "kernels.moe:dispatch_gather"
+    reference = staticmethod(moe_sem.dispatch_gather)
 
     def infer(self, ins, attrs):
         x, aux, route, meta = ins
@@ -277,7 +278,7 @@ class Combine(_MoeOp):
     aliases = {0: 3}
     collective = True
     notify_operand = "combine_arrived"
-    reference = "kernels.moe:combine"
+    reference = staticmethod(moe_sem.combine)
 
     def infer(self, ins, attrs):
         y, route, meta, out, sig = ins
@@ -296,7 +297,7 @@ class SharedRouted(_MoeOp):
     """ffn_out[T,D] = rb(sh + Σ_k routed_y[t·K + k]), k ascending."""
     name = "moe_shared_routed"
     operands = ("sh", "routed_y")
-    reference = "kernels.moe:shared_routed"
+    reference = staticmethod(moe_sem.shared_routed)
 
     def infer(self, ins, attrs):
         sh, routed = ins

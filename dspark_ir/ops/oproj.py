@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import oproj as oproj_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32
@@ -29,7 +30,7 @@ class OProjA(_OprojOp):
     operands = ("heads", "wo_a")
     attrs = {"group": Attr("int", REQUIRED)}
     core = "cube"
-    reference = "kernels.oproj:o_proj_a"
+    reference = staticmethod(oproj_sem.o_proj_a)
 
     def infer(self, ins, attrs):
         heads, wo_a = ins
@@ -52,7 +53,7 @@ class QuantRows(_OprojOp):
     name = "quant_rows"
     operands = ("x",)
     results = ("q", "scale")
-    reference = "kernels.oproj:quant_rows"
+    reference = staticmethod(oproj_sem.quant_rows)
 
     def infer(self, ins, attrs):
         x = ins[0]
@@ -71,7 +72,7 @@ class OProjB(_OprojOp):
     operands = ("x", "wo_b")
     attrs = {"group": Attr("int", REQUIRED)}
     core = "cube"
-    reference = "kernels.oproj:o_proj_b"
+    reference = staticmethod(oproj_sem.o_proj_b)
 
     def infer(self, ins, attrs):
         x, wo_b = ins
@@ -96,7 +97,7 @@ class OProjBDequant(_OprojOp):
     name = "o_proj_b_dequant"
     operands = ("wo_b_scale", "*parts")
     attrs = {"out": Attr("enum", "f32", choices=("f32", "bf16"))}
-    reference = "kernels.oproj:o_proj_b_dequant"
+    reference = staticmethod(oproj_sem.o_proj_b_dequant)
 
     def infer(self, ins, attrs):
         sw, *parts = ins

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import qkv as qkv_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16 = DType.fp32, DType.bf16
@@ -41,7 +42,7 @@ class RopeTables(_QkvOp):
     operands = ("rope_cos", "rope_sin", "positions")
     results = ("cos_il", "sin_signed")
     attrs = {"rope_dim": Attr("int", REQUIRED)}
-    reference = "kernels.qkv:rope_tables"
+    reference = staticmethod(qkv_sem.rope_tables)
 
     def infer(self, ins, attrs):
         cos, sin, pos = ins
@@ -68,7 +69,7 @@ class QrRmsNormQuant(_QkvOp):
     operands = ("qr_acc", "gamma_cq")
     results = ("qr", "scale")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = "kernels.qkv:qr_rms_norm_quant"
+    reference = staticmethod(qkv_sem.qr_rms_norm_quant)
 
     def infer(self, ins, attrs):
         qa, gamma = ins
@@ -89,7 +90,7 @@ class QprojDequantRmsNopeRope(_QkvOp):
     name = "qproj_dequant_rms_nope_rope"
     operands = ("acc", "qr_scale", "wq_b_scale", "cos_il", "sin_signed")
     attrs = {"heads": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
-    reference = "kernels.qkv:qproj_dequant_rms_nope_rope"
+    reference = staticmethod(qkv_sem.qproj_dequant_rms_nope_rope)
 
     def infer(self, ins, attrs):
         acc, sa, sw, cos, sin = ins
@@ -117,7 +118,7 @@ class KvRmsNormRope(_QkvOp):
     name = "kv_rms_norm_rope"
     operands = ("kv_acc", "gamma_ckv", "cos_il", "sin_signed")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = "kernels.qkv:kv_rms_norm_rope"
+    reference = staticmethod(qkv_sem.kv_rms_norm_rope)
 
     def infer(self, ins, attrs):
         ka, gamma, cos, sin = ins

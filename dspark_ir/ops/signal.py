@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 from ..dims import Dim, dim
 from ..errors import VerifyError
 from ..types import TOKEN, DType, TensorType
+from ..semantics import signal as signal_sem
 from .base import REQUIRED, Attr, OpDef, expect, register_op
 
 WAIT_ATTRS: dict[str, Attr] = {
@@ -52,7 +53,7 @@ class Window(OpDef):
     attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "i32")}
     core = "none"
     allocates = True
-    reference = "kernels.signal:window"
+    reference = staticmethod(signal_sem.window)
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -67,7 +68,7 @@ class SignalNotify(OpDef):
     attrs = {"value": Attr("int", 1), "notify_per": NOTIFY_PER}
     collective = True
     notify_operand = "signal"
-    reference = "kernels.signal:signal_notify"
+    reference = staticmethod(signal_sem.signal_notify)
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -87,7 +88,7 @@ class SignalWait(OpDef):
     core = "mix"
     collective = True
     wait_operand = "signal"
-    reference = "kernels.signal:signal_wait"
+    reference = staticmethod(signal_sem.signal_wait)
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -105,7 +106,7 @@ class SignalBarrier(OpDef):
     collective = True
     notify_operand = "signal"
     wait_operand = "signal"
-    reference = "kernels.signal:signal_barrier"
+    reference = staticmethod(signal_sem.signal_barrier)
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -123,7 +124,7 @@ class Put(OpDef):
     operands = ("window", "src", "peer", "row")
     aliases = {0: 0}
     collective = True
-    reference = "kernels.signal:put"
+    reference = staticmethod(signal_sem.put)
     family = "signal"
 
     def infer(self, ins, attrs):

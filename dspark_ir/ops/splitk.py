@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
+from ..semantics import splitk as splitk_sem
 from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 from .hc import HcPreLinearReduce
 
@@ -28,7 +29,7 @@ class MatmulPartials(OpDef):
         "m_split": Attr("int", 1),
     }
     core = "cube"
-    reference = "kernels.splitk:matmul_partials"
+    reference = staticmethod(splitk_sem.matmul_partials)
     family = "splitk"
 
     def infer(self, ins, attrs):
@@ -55,5 +56,5 @@ class MatmulPartials(OpDef):
 class SplitReduce(HcPreLinearReduce):
     """Sum of the k_split row blocks of partials [k_split·M, N] in ascending split order → f32[M, N]."""
     name = "split_reduce"
-    reference = "kernels.splitk:split_reduce"
+    reference = staticmethod(splitk_sem.split_reduce)
     family = "splitk"

@@ -14,6 +14,7 @@ tasks away (the in-kernel branch of §6(a)); in the reference both always run.
 from __future__ import annotations
 
 from ..types import DType
+from ..semantics import topk_bypass as topk_bypass_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_same_dim, register_op
 from .indexer import _check_visibility, _visibility_attrs
 
@@ -28,7 +29,7 @@ class IdxTopkSelect(OpDef):
     family = "topk_bypass"
     operands = ("fallback", "positions", "kv_seq_len")
     attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED)}
-    reference = "kernels.topk_bypass:idx_topk_select"
+    reference = staticmethod(topk_bypass_sem.idx_topk_select)
 
     def infer(self, ins, attrs):
         fallback, pos, kv_len = ins

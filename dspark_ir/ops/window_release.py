@@ -16,6 +16,7 @@ any later writer of that window (a WAR edge from the release). It is a rendezvou
 from __future__ import annotations
 
 from ..types import TOKEN
+from ..semantics import window_release as window_release_sem
 from .base import OpDef, register_op
 
 
@@ -29,7 +30,7 @@ class WindowRelease(OpDef):
     core = "mix"
     collective = True
     family = "window_release"
-    reference = "kernels.window_release:window_release"
+    reference = staticmethod(window_release_sem.window_release)
 
     def infer(self, ins, attrs):
         return [TOKEN]

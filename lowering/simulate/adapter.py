@@ -24,13 +24,13 @@ from dspark_ir.errors import DsparkError
 from dspark_ir.ops import get_op
 
 from ..build import build_task_graph  # noqa: F401  (re-exported for the package)
-from ..executors import Memory, kernel_attrs, operand_arrays, reference_fn, store_results, store_side_effects
+from ..executors import Memory, kernel_attrs, operand_arrays, reference_of, store_results, store_side_effects
 from ..hazards import find_hazards
 from ..taskgraph import Task, TaskGraph
 
 __all__ = [
     "SimError", "SimTask", "NotifySpec", "WaitSpec", "sim_tasks", "signal_buffers", "buffer_bytes",
-    "build_task_graph", "Memory", "kernel_attrs", "operand_arrays", "reference_fn", "store_results",
+    "build_task_graph", "Memory", "kernel_attrs", "operand_arrays", "reference_of", "store_results",
     "store_side_effects", "Task", "TaskGraph",
 ]
 
@@ -93,7 +93,7 @@ def buffer_bytes(tg: TaskGraph) -> int:
     """Bytes of all buffers of one rank (what the executors' memory allocates)."""
     import numpy as np
 
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return sum(b.numel * np.dtype(NP_DTYPES[b.dtype]).itemsize for b in tg.buffers.values())
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from .adapter import (Memory, SimTask, TaskGraph, kernel_attrs, operand_arrays, reference_fn, signal_buffers,
+from .adapter import (Memory, SimTask, TaskGraph, kernel_attrs, operand_arrays, reference_of, signal_buffers,
                       store_results, store_side_effects)
 from .problems import Problem
 
@@ -113,7 +113,7 @@ class Values:
 
     def _call(self, t: SimTask, per_rank: Sequence[list], ranks: list[int], step: int, collective: bool) -> None:
         task = t.task
-        fn = reference_fn(task.reference)
+        fn = reference_of(task)
         attrs = kernel_attrs(task)
         try:
             if collective:

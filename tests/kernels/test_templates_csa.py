@@ -97,7 +97,7 @@ def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
     """The numpy reference on kernel inputs (by parameter name), by output parameter; with `libm`, evaluated
     with the calculator's (torch's) sqrt and exp."""
     from lowering.codegen import inout_input_name
-    from lowering.executors import kernel_attrs, reference_fn
+    from lowering.executors import kernel_attrs, reference_of
 
     args: list = [None] * task.operands
     for a in task.args:
@@ -105,9 +105,9 @@ def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
             args[a.index] = inputs[a.param if a.direction == "in" else inout_input_name(a.param)]
     if libm:
         with _calculator_libm():
-            out = reference_fn(task.reference)(*args, **kernel_attrs(task))
+            out = reference_of(task)(*args, **kernel_attrs(task))
     else:
-        out = reference_fn(task.reference)(*args, **kernel_attrs(task))
+        out = reference_of(task)(*args, **kernel_attrs(task))
     outs = out if isinstance(out, tuple) else (out,)
     by_operand = {a.index: a.param for a in task.args if a.direction == "inout"}
     by_result = {a.index: a.param for a in task.args if a.direction == "out"}
@@ -203,7 +203,7 @@ def _pool_edges(base: dict, form: str) -> dict:
 
 
 def _pooling_tokens(positions, attrs) -> list[int]:
-    from kernels.compressor import pool_token
+    from dspark_ir.semantics.compressor import pool_token
 
     seq, ratio = int(attrs["seq"]), int(attrs["ratio"])
     toks = [pool_token(positions, b, seq=seq, ratio=ratio) for b in range(len(positions) // seq)]
@@ -290,7 +290,7 @@ def _check_libm(task, job, res) -> None:
 
 def _pool_scale(task, job) -> np.ndarray:
     """Σ_rows |kv|·w per (request, channel) of the reference's pool (its own intermediates)."""
-    from kernels.compressor import pool_token, window_state
+    from dspark_ir.semantics.compressor import pool_token, window_state
 
     a = task.attrs
     state = _reference(task, job.inputs)["state"]
@@ -336,7 +336,7 @@ def _check_matmul(task, job, res) -> None:
 
 
 def _check_topk(task, job, res) -> None:
-    from kernels.indexer import visible_lengths
+    from dspark_ir.semantics.indexer import visible_lengths
 
     a = task.attrs
     got, want = res.outputs["out"], job.goldens["out"]

@@ -24,7 +24,7 @@ import pytest
 from dspark_ir import parse_graph, verify
 from lowering import build_task_graph
 from lowering.codegen import kernel_module
-from lowering.executors import Memory, operand_arrays, reference_fn, run_task
+from lowering.executors import Memory, operand_arrays, reference_of, run_task
 from lowering.pypto_exec import _job, check_kernels
 from tests.lowering.pypto_cases import Case, case_inputs, check_case, ulps
 
@@ -79,7 +79,7 @@ FLOAT_MATMUL = {"partials_trans_uneven"}
 
 def _golden(task, mem) -> dict[str, np.ndarray]:
     """The numpy reference on the task's inputs (collectives: the one-rank form), by output parameter."""
-    fn = reference_fn(task.reference)
+    fn = reference_of(task)
     attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in task.attrs.items()}
     ops = operand_arrays(task, mem)
     value = fn([ops], ranks=1, **attrs)[0] if task.collective else fn(*ops, **attrs)

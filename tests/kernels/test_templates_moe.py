@@ -93,7 +93,7 @@ def _ep1_collective_jobs() -> dict:
     from kernels import moe
     from kernels.pypto_rt import KernelJob
     from lowering.codegen import kernel_spec
-    from lowering.executors import kernel_attrs, operand_arrays, reference_fn
+    from lowering.executors import kernel_attrs, operand_arrays, reference_of
 
     g = layers.build("moe", config="tiny", tp=1, ep=1, layer_id=0)
     tg = build_task_graph(g)
@@ -103,7 +103,7 @@ def _ep1_collective_jobs() -> dict:
         if t.op in moe.PYPTO_TEMPLATES_EP1:
             source = module_prelude() + "\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
             job = _job(t, tg, mem, "full", False, RUNTIME, source=source)
-            value = reference_fn(t.reference)([operand_arrays(t, mem)], ranks=1, **kernel_attrs(t))[0]
+            value = reference_of(t)([operand_arrays(t, mem)], ranks=1, **kernel_attrs(t))[0]
             values = value if isinstance(value, tuple) else (value,)
             goldens = {}
             for res, v in zip(t.results, values):
@@ -377,7 +377,8 @@ def test_flash_tp4_shapes_compile(batch, name):
 def test_every_moe_op_is_templated_or_explained():
     """Each MoE / signal / collective op kind has a template or a recorded reason (PYPTO_UNSUPPORTED)."""
     from dspark_ir.ops import OP_REGISTRY, load_all
-    from kernels import moe, signal
+    from kernels import moe
+    from kernels import signal
 
     load_all()
     for module, family in ((moe, "moe"), (signal, "signal")):

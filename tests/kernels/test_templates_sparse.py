@@ -90,10 +90,10 @@ def _torch_exp():
 
 
 def _golden_under_torch_exp(task, job) -> dict[str, np.ndarray]:
-    from lowering.executors import kernel_attrs, reference_fn
+    from lowering.executors import kernel_attrs, reference_of
 
     with _torch_exp():
-        out = reference_fn(task.reference)(*_reference_args(task, job), **kernel_attrs(task))
+        out = reference_of(task)(*_reference_args(task, job), **kernel_attrs(task))
     outs = out if isinstance(out, tuple) else (out,)
     by_result = {a.index: a.param for a in task.args if a.direction == "out"}
     by_operand = {a.index: a.param for a in task.args if a.direction == "inout"}
@@ -118,7 +118,7 @@ def _check_libm(task, job, res) -> None:
 
 def _tile_problem(task, inputs):
     """(q, keys [T, L, HD], valid [T, L], tile width) of a tile-partial task: the reference's own key rows."""
-    from kernels import sparse as S
+    from dspark_ir.semantics import sparse as S
 
     a = task.attrs
     q = inputs["q"].astype(np.float64)
@@ -229,7 +229,7 @@ def _layer_jobs() -> dict:
 
 # ---- the edge cases ----------------------------------------------------------------------------------------------
 def _bf16(x) -> np.ndarray:
-    from kernels._np import BF16
+    from dspark_ir.semantics.dtypes import BF16
 
     return np.asarray(x, np.float32).astype(BF16).astype(np.float32)
 

@@ -75,14 +75,14 @@ def _calculator_libm():
 def _calculator_golden(task, job) -> dict[str, np.ndarray]:
     """The numpy reference on the job's inputs, evaluated with the calculator's sqrt/exp, by output param."""
     from lowering.codegen import inout_input_name
-    from lowering.executors import kernel_attrs, reference_fn
+    from lowering.executors import kernel_attrs, reference_of
 
     args: list = [None] * task.operands
     for a in task.args:
         if a.reads:
             args[a.index] = job.inputs[a.param if a.direction == "in" else inout_input_name(a.param)]
     with _calculator_libm():
-        out = reference_fn(task.reference)(*args, **kernel_attrs(task))
+        out = reference_of(task)(*args, **kernel_attrs(task))
     outs = out if isinstance(out, tuple) else (out,)
     by_operand = {a.index: a.param for a in task.args if a.direction == "inout"}
     by_result = {a.index: a.param for a in task.args if a.direction == "out"}

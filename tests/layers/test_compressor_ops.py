@@ -19,7 +19,7 @@ from goldens.indexer import write_index_cache
 from goldens.layers import write_cmp_entries
 from goldens.norm import rms_norm
 from goldens.numerics import rope_half
-from kernels import compressor as K
+from dspark_ir.semantics import compressor as K
 
 from .helpers import bitwise
 

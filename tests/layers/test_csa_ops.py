@@ -13,7 +13,7 @@ from dspark_ir.types import TensorType
 from dspark_ir.verifier import verify
 from goldens import config as gc
 from goldens.attention import csa_compressed_rows
-from kernels import sparse as K
+from dspark_ir.semantics import sparse as K
 
 from .helpers import bitwise
 

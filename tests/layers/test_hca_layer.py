@@ -21,7 +21,7 @@ from goldens.inputs import ATTENTION_REGIMES
 from goldens.layers import write_cmp_entries
 from goldens.numerics import rope_half
 from goldens.paging import write_rows
-from kernels import sparse as KS
+from dspark_ir.semantics import sparse as KS
 
 LAYER = "decode-hca"
 SEEDS = (0, 1, 2)

@@ -9,7 +9,7 @@ import pytest
 from dspark_ir.errors import ShapeError
 from dspark_ir.graph import Graph
 from dspark_ir.types import TensorType
-from kernels import sparse as K
+from dspark_ir.semantics import sparse as K
 
 from .helpers import bitwise
 

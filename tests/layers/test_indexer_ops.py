@@ -18,8 +18,8 @@ from goldens.indexer import (bypass_topk, head_weights, index_query, index_score
 from goldens.norm import rms_norm
 from goldens.numerics import q8, rope_half
 from goldens.paging import request_of_tokens
-from kernels import compressor as KC
-from kernels import indexer as K
+from dspark_ir.semantics import compressor as KC
+from dspark_ir.semantics import indexer as K
 
 from .helpers import bitwise
 

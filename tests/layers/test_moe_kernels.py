@@ -20,7 +20,7 @@ from goldens import inputs as gi
 from goldens import moe as gm
 from goldens.compare import check, lsb_close, ratio_allclose, topk_pair_compare
 from goldens.config import TINY
-from kernels import moe as km
+from dspark_ir.semantics import moe as km
 
 SEEDS = (0, 1, 2)
 
@@ -107,7 +107,7 @@ def ffn_graph(cfg, kind: str, ep: int):
 
 
 def typed(g, inp: dict) -> dict:
-    from kernels._np import NP_DTYPES
+    from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return {p.name: np.asarray(inp[p.name]).astype(NP_DTYPES[p.type.dtype.value]) for p in g.params}
 

@@ -17,7 +17,7 @@ from dspark_ir.ops.signal import check_signals, waits
 from goldens import inputs as gi
 from goldens import layers as gl
 from goldens.compare import check
-from kernels._np import NP_DTYPES
+from dspark_ir.semantics.dtypes import NP_DTYPES
 
 SEEDS = (0, 1, 2)
 HASH, SORT = 0, 1          # tiny: n_hash_layers = 1

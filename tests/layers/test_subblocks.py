@@ -18,12 +18,12 @@ from goldens import o_proj as gop
 from goldens import qkv as gqkv
 from goldens.numerics import imatmul, matmul, rope_half
 from goldens.paging import write_rows
-from kernels import attention as ka
-from kernels import collective as kc
-from kernels import hc as khc
-from kernels import oproj as ko
-from kernels import qkv as kq
-from kernels.matmul import matmul as k_matmul
+from dspark_ir.semantics import attention as ka
+from dspark_ir.semantics import collective as kc
+from dspark_ir.semantics import hc as khc
+from dspark_ir.semantics import oproj as ko
+from dspark_ir.semantics import qkv as kq
+from dspark_ir.semantics.matmul import matmul as k_matmul
 
 from .helpers import bitwise, f32
 

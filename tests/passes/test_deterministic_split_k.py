@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dspark_ir import layers, parse_graph
-from kernels import hc as khc
-from kernels import matmul as kmm
-from kernels import splitk as ksk
+from dspark_ir.semantics import hc as khc
+from dspark_ir.semantics import matmul as kmm
+from dspark_ir.semantics import splitk as ksk
 from lowering import build_task_graph, run_numpy, run_shuffled
 from lowering.splitk import is_atomic_split
 from passes import Skip, get_pass

@@ -9,7 +9,7 @@ import pytest
 
 from dspark_ir import layers, parse_graph
 from dspark_ir.interp import run
-from kernels.attention import swa_cache_writeback
+from dspark_ir.semantics.attention import swa_cache_writeback
 from passes import PassContext, run_pipeline
 
 from .layer_support import SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses, tiny

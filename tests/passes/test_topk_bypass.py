@@ -19,8 +19,8 @@ import pytest
 from dspark_cli.main import main
 from dspark_ir import interp, layers
 from dspark_ir.layers.tolerances import compare_layer
-from kernels.indexer import idx_topk_bounded, visible_lengths
-from kernels.topk_bypass import idx_topk_select
+from dspark_ir.semantics.indexer import idx_topk_bounded, visible_lengths
+from dspark_ir.semantics.topk_bypass import idx_topk_select
 from passes import PassContext, run_pipeline
 from passes.contracts import check_outputs
 from passes.rewriting import set_attrs

@@ -16,7 +16,7 @@ from dspark_ir.interp import run
 from dspark_ir.layers import build
 from goldens import inputs as gi
 from goldens.config import config_by_name
-from kernels._np import NP_DTYPES
+from dspark_ir.semantics.dtypes import NP_DTYPES
 from lowering.simulate import simulate
 
 HANDSHAKE_PASS = "moe-handshake-deps"

@@ -12,7 +12,7 @@ import pytest
 from dspark_ir import parse_file, parse_graph, print_graph, verify
 from dspark_ir.interp import run
 from dspark_ir.layers import build, layer_inputs
-from kernels import collective
+from dspark_ir.semantics import collective
 from lowering.simulate import simulate
 
 EXCHANGE = Path(__file__).parent / "graphs" / "tp_o_exchange.dsir"

@@ -1,4 +1,4 @@
-"""Tiny numpy helpers shared by the kernel references (dtype handling only, no semantics)."""
+"""Tiny numpy helpers shared by the op semantics (dtype handling only, no semantics)."""
 from __future__ import annotations
 
 import ml_dtypes

@@ -1,0 +1,47 @@
+"""Cross-rank kernels of the TP O path (dspark-model.md §3.5, §4; dsv4-math §7): numpy references.
+
+Collective references take every rank's operands (`per_rank[r] = [operand, ...]`) and return one result per rank.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import as_dtype, f32
+from .elementwise import slice_
+
+
+def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
+    """All-to-all of O groups: rank r receives groups [r·LG, (r+1)·LG) of every source rank, rows src·T + t.
+
+    Source operand: packed [G, T, width]; result per rank: the exchange window [LG, ranks·T_PAD, width]
+    (LG = G / ranks, T_PAD = T rounded up to t_pad) whose rows ranks·T … are zero (the host zero-fills windows)."""
+    packed = [np.asarray(ops[0]) for ops in per_rank]
+    groups, tokens = packed[0].shape[:2]
+    lg = groups // ranks
+    pad_rows = ranks * (-(-tokens // t_pad) * t_pad) - ranks * tokens
+    out = []
+    for r in range(ranks):
+        rows = np.concatenate([p[r * lg:(r + 1) * lg] for p in packed], axis=1)
+        pad = np.zeros((lg, pad_rows) + rows.shape[2:], rows.dtype)
+        out.append(np.concatenate([rows, pad], axis=1))
+    return out
+
+
+def window_copy_out(per_rank, *, ranks, axis, rows, **_):
+    """Copy-out wave of an exchange window: every rank copies its window's data rows [0, rows) along `axis` into a
+    local tensor (the barriers around it move no data)."""
+    return [slice_(ops[0], axis=axis, start=0, size=rows) for ops in per_rank]
+
+
+def tp_o_reduce_scatter(per_rank, *, ranks, out="bf16", **_):
+    """Reduce-scatter of the f32 O partials [ranks·T, D]: rank r gets rows [r·T, (r+1)·T) summed over the source
+    ranks in ascending order in f32, then rounded once to `out`."""
+    partials = [f32(ops[0]) for ops in per_rank]
+    t = partials[0].shape[0] // ranks
+    results = []
+    for r in range(ranks):
+        acc = partials[0][r * t:(r + 1) * t].copy()
+        for p in partials[1:]:
+            acc = acc + p[r * t:(r + 1) * t]
+        results.append(as_dtype(acc, out))
+    return results
