@@ -78,3 +78,15 @@ def test_a_view_op_without_a_view_rule_fails_with_its_name(unruled_view_op):
 def test_only_view_ops_take_a_view_rule():
     with pytest.raises(ValueError, match="op 'matmul' is not a view op"):
         register_view_rule(Matmul, lambda v, a: v)
+
+
+def test_signal_tasks_do_nothing_at_one_rank_and_windows_are_host_steps():
+    from dspark_ir import layers
+    from lowering.pypto_exec import NOOP, placement
+    from lowering.simulate.adapter import sim_tasks
+
+    tg = build_task_graph(layers.build("moe", config="tiny", tp=1, ep=1))
+    signals = [t for t in tg.kernels if t.op in ("signal_wait", "signal_barrier")]
+    assert signals and all(placement(t, tg)[0] == NOOP for t in signals)
+    roles = {s.op: s.role for s in sim_tasks(tg)}
+    assert roles["window"] == "host" and roles["moe_dispatch_meta"] == "compute"
