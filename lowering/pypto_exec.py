@@ -26,6 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from dspark_ir.ops import get_op
+
 from .codegen import RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec
 from .errors import LoweringError
 from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
@@ -37,7 +39,6 @@ COLLECTIVE = "numpy-collective"   # a cross-rank op: its numpy reference on all 
 NOOP = "no-op"                    # a signal op at one rank: no peer, nothing to compute
 FALLBACK = "numpy-fallback"       # a local op without a pypto template (a gap)
 DUMMY = "dummy"
-_SIGNAL_OPS = ("signal_notify", "signal_wait", "signal_barrier", "window_release")
 CROSS_RANK_WHY = ("cross-rank collectives run their numpy reference on all ranks in lockstep: pypto 0.2.0 expresses "
                   "remote stores and signals only with pypto.distributed / shmem ops, which compile but SIGSEGV in "
                   "the CPU cost-model simulation, and its host calculator cannot interpret them (no numbers on CPU)")
@@ -167,7 +168,7 @@ def placement(task: Task, tg: TaskGraph) -> tuple[str, str, Template | None]:
             return PYPTO, "local part of a collective; its barriers move no data", template
         return PYPTO, "one-rank form of a collective", template
     module = _family(task)
-    if tg.ranks == 1 and task.op in _SIGNAL_OPS:
+    if tg.ranks == 1 and get_op(task.op).lowers_to == "signal":
         return NOOP, "signal op at one rank: no peer, nothing to compute", None
     reason = (getattr(module, "PYPTO_UNSUPPORTED", None) or {}).get(task.op)
     if task.collective and tg.ranks == 1:

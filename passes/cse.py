@@ -75,7 +75,7 @@ def _tidy_sites(g: Graph):
             continue
         for name in TIDY_RULES:
             rule = canonicalize.RULES_BY_NAME[name]
-            if ("*" in rule.ops or node.op in rule.ops) and rule.check(g, node) is True:
+            if rule.applies_to(node) and rule.check(g, node) is True:
                 yield canonicalize.Site(name, node)
                 break
 

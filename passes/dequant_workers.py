@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.qkv import QprojDequantRmsNopeRope
 
 from .base import Pass, RewriteRecord, Skip, register_pass
 from .contracts import BITWISE
 from .rewriting import set_attrs
 
-DEQUANT = "qproj_dequant_rms_nope_rope"
 TOKEN_TILE = 8      # the seed's Q_ROPE_T_TILE: tokens per unit
 
 
@@ -36,7 +36,7 @@ class DequantWorkers(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op == DEQUANT:
+            if node.opdef is QprojDequantRmsNopeRope:
                 verdict = self._check(g, node)
                 yield Skip(node.name, verdict) if isinstance(verdict, str) else node
 

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node
-from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
+from dspark_ir.ops.moe import Combine
+from dspark_ir.ops.signal import SignalBarrier, SignalWait, is_notifier, is_waiter, notifies_per_epoch
 
 from .base import Pass, RewriteRecord, Skip, register_pass
 from .contracts import BITWISE
@@ -65,14 +66,14 @@ class MoeHandshakeDeps(Pass):
     name = "moe-handshake-deps"
     contract = BITWISE
     fixpoint = False     # one sweep: the one-notify barrier is made without AER, nothing else creates a site
-    barrier_notifiers: tuple[str, ...] = ("moe_combine",)
+    barrier_notifiers: tuple[str, ...] = (Combine.name,)   # op kinds, by name (a pass option)
     drop_aer_on_waits: bool = True
 
     def match(self, g: Graph):
         _SWEEP[id(g)] = {}      # memo of wait sites / one-notify pairs while only this pass edits g
         try:
             for node in g.topo_order():
-                if node.op == "signal_wait":
+                if node.opdef is SignalWait:
                     yield from self._wait_sites(g, node)
                 if node.attrs.get("aer"):
                     role = self.aer_role(g, node)
@@ -102,20 +103,20 @@ class MoeHandshakeDeps(Pass):
     # would rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier).
     def _is_handshake_wait(self, g: Graph, node: Node) -> bool:
         """Is `node` the wait of a one-notify handshake?"""
-        if node.op == "signal_wait":
+        if node.opdef is SignalWait:
             return self._one_notify_site(g, node)
-        if node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
+        if node.opdef is SignalBarrier and node.attrs.get("notifier") == node.name:
             return any(_silenced(v.producer, self.barrier_notifiers) for v in node.deps)
         return False
 
     def _is_handshake_notifier(self, g: Graph, node: Node) -> bool:
         """Is `node` the notifier of a one-notify handshake?"""
         for wait in _linked(g, node.name):
-            if wait.op == "signal_wait" and self._one_notify_site(g, wait):
+            if wait.opdef is SignalWait and self._one_notify_site(g, wait):
                 return True
         if not _silenced(node, self.barrier_notifiers):
             return False
-        return any(user.op == "signal_barrier" and user.attrs.get("notifier") == user.name
+        return any(user.opdef is SignalBarrier and user.attrs.get("notifier") == user.name
                    and any(v.producer is node for v in user.deps)
                    for r in node.results for user in g.users(r))
 
@@ -181,7 +182,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
     gates = [notifier.results[0]] + _earlier_notifiers(g, wait, notifier)
     attrs = {k: v for k, v in wait.attrs.items() if k not in ("notifier", "expected", "aer")}
     attrs.update(notifier=wait.name, expected=wait.attrs.get("epoch", 1))
-    barrier = g.add_op("signal_barrier", list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
+    barrier = g.add_op(SignalBarrier.name, list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
                        deps=_by_name(wait.deps + gates), near=wait)
     notifier.attrs = notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"})
     g.replace_uses(wait.result, barrier.result)
@@ -212,7 +213,7 @@ def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
     """Results of the nearest notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine):
     those not upstream of another of them (an earlier layer's push is before its successor's)."""
     found: list[Node] = []
-    for name in sorted(g.ancestors(notifier) & g.names_of_op("signal_wait")):
+    for name in sorted(g.ancestors(notifier) & g.names_of_op(SignalWait.name)):
         node = g.nodes[name]
         if node is wait:
             continue

@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.oproj import QuantRows
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
@@ -48,7 +49,7 @@ class QuantWorkers(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op == "quant_rows":
+            if node.opdef is QuantRows:
                 yield match_or_skip(node, self._check(g, node))
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:

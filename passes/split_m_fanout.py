@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.core import Matmul
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
@@ -57,7 +58,7 @@ class SplitMFanout(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op != "matmul":
+            if node.opdef is not Matmul:
                 continue
             verdict = self._check(g, node)
             yield match_or_skip(node, verdict)

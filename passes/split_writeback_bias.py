@@ -5,13 +5,13 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.attention import SwaCacheInsertValidBias, SwaCacheWriteback, SwaValidBias
+from dspark_ir.ops.sparse import KvCacheWriteback
 
 from .base import Pass, RewriteRecord, Skip, register_pass
 from .contracts import BITWISE
 from .rewriting import match_or_skip, replace_node, set_deps
 
-FUSED = "swa_cache_insert_valid_bias"
-SEPARATE_WRITEBACKS = ("kv_cache_writeback", "swa_cache_writeback")
 # Writeback row tile when `tile_rows = 0`, by the graph's `config` attribute: 32 at flash (the later public
 # pypto-lib version: 4 blocks at T = 128), 8 at tiny (2-4 blocks at T = 16-32); 32 for any other graph.
 TILE_ROWS_BY_CONFIG = {"flash": 32, "tiny": 8}
@@ -57,9 +57,9 @@ class SplitWritebackBias(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op in SEPARATE_WRITEBACKS:
+            if node.opdef in (KvCacheWriteback, SwaCacheWriteback):
                 yield Skip(node.name, "already a separate cache writeback task (no fused valid bias to split)")
-            elif node.op == FUSED:
+            elif node.opdef is SwaCacheInsertValidBias:
                 verdict = self._check(g, node)
                 yield match_or_skip(node, verdict)
 
@@ -72,10 +72,10 @@ class SplitWritebackBias(Pass):
         rows = site.rows.value(g.env)
         tail = {"tail": "clamp"} if rows % site.tile else {}
         prefix = f"{node.block}." if node.block else ""
-        writeback = g.add_op("swa_cache_writeback", [kv, cache, slots],
+        writeback = g.add_op(SwaCacheWriteback.name, [kv, cache, slots],
                              {"tile": [site.tile], "blocks": D.ceildiv(site.rows, site.tile), **tail, **core},
                              names=g.fresh_name(prefix + "swa_cache_writeback"), deps=node.deps, near=node)
-        bias = g.add_op("swa_valid_bias", [lens],
+        bias = g.add_op(SwaValidBias.name, [lens],
                         {"window": node.attrs["window"], "tile": [site.bias_tile],
                          "blocks": D.floordiv(site.rows, site.bias_tile), **core},
                         names=g.fresh_name(prefix + "swa_valid_bias"), deps=node.deps, near=node)

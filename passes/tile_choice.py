@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.core import Matmul
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
@@ -53,7 +54,7 @@ class TileChoice(Pass):
     name = "tile-choice"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ops: tuple[str, ...] = ("matmul",)
+    ops: tuple[str, ...] = (Matmul.name,)
     max_m_tile: int = 128
     min_gain: float = 1.25
 

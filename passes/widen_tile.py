@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.qkv import KvRmsNormRope, RopeTables
 
 from .base import Pass, RewriteRecord, register_pass
 from .contracts import BITWISE
@@ -51,11 +52,11 @@ class WidenTile(Pass):
     name = "widen-tile"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ops: tuple[str, ...] = ("kv_rms_norm_rope",)
+    ops: tuple[str, ...] = (KvRmsNormRope.name,)
     min_rows: int = 16
     factor: int = 2
     max_ub_bytes: int = 192 * 1024
-    follow: tuple[str, ...] = ("rope_tables",)
+    follow: tuple[str, ...] = (RopeTables.name,)    # op kinds, by name (a pass option)
 
     def match(self, g: Graph):
         for node in g.topo_order():
