@@ -297,7 +297,8 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     ExpertShared: Rule(cube=lambda t: (3 * _mm(arg(t, "x_i8").shape[0], arg(t, "x_i8").shape[1],
                                                arg(t, "w1").shape[0]), True)),
     ExpertRouted: Rule(touched=lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
-                                          for a in t.args if a.param.startswith("recv_") or a.param == "out"},
+                                          for a in t.args
+                                          if (a.param.startswith("recv_") or a.param == "out") and len(a.shape) >= 2},
                        cube=lambda t: (3 * _mm(768, arg(t, "recv_x").shape[-1], arg(t, "w1").shape[-2]), True)),
     DispatchPush: Rule(touched=_routed_rows),
     DispatchGather: Rule(touched=lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))

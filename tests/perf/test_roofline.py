@@ -99,3 +99,14 @@ def test_an_op_without_a_roofline_rule_is_named():
     assert rule_of(task.op).touched is not None
     with pytest.raises(LookupError, match="op 'slice' has no roofline rule"):
         rule_of("slice")
+
+
+@pytest.mark.parametrize("config,tp", [("tiny", 1), ("tiny", 2), ("flash", 4)])
+def test_every_moe_task_has_a_roofline(config, tp):
+    """The routed-expert rule once indexed the second axis of its 1-D recv_count (IndexError on every moe layer)."""
+    from dspark_ir import layers
+    from lowering.build import build_task_graph
+    from perf.roofline import task_work
+
+    tg = build_task_graph(layers.build("moe", config=config, tp=tp))
+    assert all(task_work(t) is not None for t in tg.tasks)
