@@ -5,10 +5,16 @@ A family module `kernels/<family>.py` registers `PYPTO_TEMPLATES = {op: fn(Kerne
 are the op's operand and result names. A dim is `pypto.DYNAMIC` when its IR extent mentions a runtime
 symbol (the token count `T` by default): the template then loops over it with `pypto.loop`.
 
-A model's layers repeat the same kernels under other names, so `kernel_body` generates each distinct kernel
-(the spec but its name) once per task graph and renames it for the others: a template uses `spec.name` as
-the function's name only. When a kernel comes again, it is generated once more under a probe name, and the
-probe is kept for renaming only when renaming it gives the very same source as the first one.
+`generate(task, template, name=...)` is the one kernel generator: the kernel files (`kernel_module`, and the
+compile driver through `kernel_file`), the perf cost cache (the kernel under the name `kernel`) and the
+whole-layer pypto program (`inline_kernel`: its parameters and statements) all take their kernels from it.
+`template_of` resolves a task's template once per task graph.
+
+A model's layers repeat the same kernels under other names, so `generate` (given a task graph's `bodies`)
+generates each distinct kernel (the spec but its name) once per task graph and renames it for the others: a
+template uses `spec.name` as the function's name only. When a kernel comes again, it is generated once more
+under a probe name, and the probe is kept for renaming only when renaming it gives the very same source as
+the first one.
 """
 from __future__ import annotations
 
@@ -113,18 +119,22 @@ def generate(task: Task, template: Template, runtime_symbols: Iterable[str] = RU
     """The one kernel generator: `task`'s function from `template` (find_template's answer for it), named
     `name` (default: the task's kernel stem). `known`: see kernel_body."""
     name = name or task.kernel
+
+    def spec() -> KernelSpec:
+        return replace(kernel_spec(task, runtime_symbols), name=name)
+
     if known is None:
-        return template(replace(kernel_spec(task, runtime_symbols), name=name))
+        return template(spec())
     key = _kernel_key(template, task, tuple(runtime_symbols))
     first = known.get(key)
     if first is None:                  # the first of its kind: keep it, to rename for the next one
-        spec = replace(kernel_spec(task, runtime_symbols), name=name)
-        source = template(spec)
-        known[key] = (spec, source)
+        first_spec = spec()
+        source = template(first_spec)
+        known[key] = (first_spec, source)
         return source
     if isinstance(first, tuple):       # the second: is renaming the first one's source right?
         first = known[key] = _probe(template, *first)
-    return first.replace(_PROBE, name) if first else template(replace(kernel_spec(task, runtime_symbols), name=name))
+    return first.replace(_PROBE, name) if first else template(spec())
 
 
 def template_of(task: Task, tg: TaskGraph) -> Template | None:
@@ -149,7 +159,7 @@ def inline_kernel(task: Task, template: Template, runtime_symbols: Iterable[str]
     """`task`'s kernel (generate) as its parameters and statements. A template writes its spec's signature or,
     without a dynamic-extent form, that of `spec.static()`; the one it wrote says which axes are DYNAMIC."""
     spec = kernel_spec(task, runtime_symbols)
-    source = template(spec)
+    source = generate(task, template, runtime_symbols)
     for form in (spec, spec.static()):
         head = form.signature() + "\n"
         if source.startswith(head):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from dspark_ir.graph import Graph
 
@@ -28,6 +28,9 @@ from .emit import orchestrate_source
 from .errors import LoweringError
 from .lint import LintReport, lint
 from .taskgraph import Task, TaskGraph
+
+if TYPE_CHECKING:
+    from passes import OptResult, PassContext
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Compiled:
     templates: dict[int, Template | None]
     graph: Graph | None = None            # the optimised graph (None: compiled from a task graph)
     input: Graph | None = None            # the graph given to the driver
-    passes: Any = None                    # the pass manager's OptResult; None when no pass ran
+    passes: OptResult | None = None       # the pass manager's result; None when no pass ran
     runtime_symbols: tuple[str, ...] = RUNTIME_SYMBOLS
     command: str = ""                     # the command line that reproduces it (the files' Reproduce: line)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -76,7 +79,7 @@ class Compiled:
 
 def compile(target: Graph | str, *, config: str = "tiny", tp: int | None = None, batch: int | None = None,
             seq: int | None = None, ep: int | None = None, params: Mapping[str, Any] | None = None,
-            pipeline: str | None = None, ctx: Any = None, verify: bool = True, strict: bool = False,
+            pipeline: str | None = None, ctx: PassContext | None = None, verify: bool = True, strict: bool = False,
             runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS, command: str = "", sources: bool = True,
             clock: Callable[[], float] = time.perf_counter) -> Compiled:
     """Compile a graph, or the layer `target` names built at config/tp/batch/seq/ep and `params` (module doc)."""
@@ -112,7 +115,7 @@ def compile_task_graph(tg: TaskGraph, *, lint_report: LintReport | None = None,
                     runtime_symbols=tuple(runtime_symbols), command=command)
 
 
-def run_passes(graph: Graph, pipeline: str | None, ctx: Any = None):
+def run_passes(graph: Graph, pipeline: str | None, ctx: PassContext | None = None) -> OptResult | None:
     """The pass manager's result of `pipeline` on `graph` (module doc), or None for no passes."""
     if not pipeline:
         return None
