@@ -28,7 +28,8 @@ import numpy as np
 
 from dspark_ir.ops import get_op
 
-from .codegen import RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec
+from .codegen import (RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec,
+                      template_of)
 from .errors import LoweringError
 from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
 from .taskgraph import Task, TaskGraph
@@ -160,7 +161,7 @@ def placement(task: Task, tg: TaskGraph) -> tuple[str, str, Template | None]:
     """(backend, why, template) of a task under the pypto executor (see the module doc)."""
     if task.is_dummy:
         return DUMMY, "", None
-    template = find_template(task, tg.ranks)
+    template = template_of(task, tg)
     if template is not None:
         if not task.collective:
             return PYPTO, "", template

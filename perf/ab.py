@@ -341,15 +341,13 @@ def program_verdict(c: CaseResult) -> str:
 # ---- driver ------------------------------------------------------------------------------------------
 def run_variant(g, v: Variant, source: CostSource, params: ScheduleParams, label: str,
                 progress: Callable[[int, int], None] | None = None) -> VariantResult:
-    from lowering import build_task_graph
-    from passes import run_pipeline
+    from lowering import compile
 
-    result = run_pipeline(g, ctx=v.context())
-    tg = build_task_graph(result.graph)
-    est = estimate(tg, source, params, label=f"{label} {v.name}", progress=progress)
-    statuses = {r.name: r.status for r in result.runs}
-    fired = [r.name for r in result.runs if r.status == "changed"]
-    return VariantResult(v, est, fired, statuses, len(result.graph), tg)
+    c = compile(g, pipeline="default", ctx=v.context(), verify=False, sources=False)
+    est = estimate(c.tg, source, params, label=f"{label} {v.name}", progress=progress)
+    statuses = {r.name: r.status for r in c.passes.runs}
+    fired = [r.name for r in c.passes.runs if r.status == "changed"]
+    return VariantResult(v, est, fired, statuses, len(c.graph), c.tg)
 
 
 def stage_latency(r: VariantResult, globs: Sequence[str], params: ScheduleParams) -> tuple[float, int]:

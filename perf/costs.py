@@ -18,8 +18,8 @@ A task without a pypto template (or whose pypto run failed) gets a roofline esti
 bytes and arithmetic on min(blocks, cores) cores), its work span × those cores.
 
 The cache: `$DSPARK_CACHE_DIR/perf-costs/<key>.json` (default `~/.cache/dspark`); the key hashes the
-kernel's generated source with its function renamed to `kernel` (tasks of different names with the same
-body share an entry), the argument shapes and dtypes, pypto's version and `EXTRACTOR_VERSION`.
+kernel's source generated under the function name `kernel` (lowering.codegen.generate; tasks of different
+names with the same body share an entry), the argument shapes and dtypes, pypto's version and `EXTRACTOR_VERSION`.
 Failures are cached too (a template error stays an error until the source changes), except timeouts
 and crashed workers.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
@@ -154,16 +153,16 @@ def _pypto_version() -> str:
         return "none"
 
 
-def kernel_source(task: Task) -> str | None:
-    """The task's pypto module with its function renamed `kernel` (None without a template)."""
+def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
+    """The task's pypto module with its function named `kernel` (None without a template): the text the cache
+    key hashes. `tg`: the task's graph, whose resolved templates are used (lowering.codegen.template_of)."""
     from kernels._pypto import module_prelude
-    from lowering.codegen import RUNTIME_SYMBOLS, kernel_body
+    from lowering.codegen import RUNTIME_SYMBOLS, find_template, generate, template_of
 
-    body = kernel_body(task, RUNTIME_SYMBOLS)
-    if body is None:
+    template = find_template(task) if tg is None else template_of(task, tg)
+    if template is None:
         return None
-    body = re.sub(rf"^def {re.escape(task.kernel)}\(", "def kernel(", body, count=1, flags=re.M)
-    return module_prelude() + "\n\n" + body
+    return module_prelude() + "\n\n" + generate(task, template, RUNTIME_SYMBOLS, name="kernel")
 
 
 def cost_key(task: Task, source: str) -> str:
@@ -239,7 +238,7 @@ class PyptoCosts:
             if t.collective:
                 known[i] = roofline_cost(t, self.hw, "collective (pypto cannot simulate it on one process)")
                 continue
-            src = kernel_source(t)
+            src = kernel_source(t, tg)
             if src is None:
                 known[i] = roofline_cost(t, self.hw, "no pypto template")
                 continue

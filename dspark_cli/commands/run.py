@@ -97,11 +97,10 @@ def _pipeline_name(pipeline: str | None) -> str | None:
 
 
 def _apply_pipeline(g, pipeline: str | None):
-    if pipeline is None:
-        return g
-    import passes
+    from lowering import run_passes
 
-    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
+    result = run_passes(g, pipeline)
+    return g if result is None else result.graph
 
 
 def _check_regime(g, regime: str) -> None:

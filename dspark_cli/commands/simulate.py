@@ -10,9 +10,8 @@ Exit status: 0 completed and clean, 1 deadlock, problem or value mismatch, 2 err
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ..common import UsageError, add_target_arguments
+from ..common import UsageError, add_target_arguments, load_graph
 
 NAME = "simulate"
 HELP = "simulate the lowered task graph on N ranks (makespan in steps, or the deadlock report)"
@@ -41,16 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dspark_ir import verify
-    from lowering import build_task_graph
+    from lowering import compile
     from lowering.simulate import SimConfig, simulate
 
     if args.cores_cube < 0 or args.cores_vector < 0:
         raise UsageError("core counts must be >= 0", "--cores-cube/--cores-vector")
-    g = _load(args)
-    verify(g)
-    g = _pipeline(g, args.pipeline)
-    tg = build_task_graph(g)
+    c = compile(load_graph(args), pipeline=args.pipeline, sources=False)
+    g, tg = c.graph, c.tg
     inputs = _inputs(g, tg, args)
     config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed,
                        track_signal_windows=args.signal_edges, early_resolve=args.early_resolve)
@@ -65,26 +61,6 @@ def run(args: argparse.Namespace) -> int:
     elif result.completed:
         print("values: not compared (a numpy reference failed, see the problems above)")
     return 0 if result.ok and not mismatch else 1
-
-
-def _load(args: argparse.Namespace):
-    from dspark_ir import layers, parse_file
-
-    target = args.target
-    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
-        if args.ep is not None:
-            raise UsageError("applies to a layer name, not a file", "--ep")
-        return parse_file(target).entry
-    params = {} if args.ep is None else {"ep": args.ep}
-    return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, **params)
-
-
-def _pipeline(g, pipeline: str | None):
-    if not pipeline:
-        return g
-    import passes
-
-    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
 
 
 def _inputs(g, tg, args: argparse.Namespace):
