@@ -22,11 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dspark_ir.hardware import HARDWARE, ITEMSIZE, Hardware
 from lowering.taskgraph import Arg, Task
-
-from .hardware import HARDWARE, Hardware
-
-ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
 
 
 @dataclass
