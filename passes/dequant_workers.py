@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import set_attrs
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import set_attrs
 
 DEQUANT = "qproj_dequant_rms_nope_rope"
 TOKEN_TILE = 8      # the seed's Q_ROPE_T_TILE: tokens per unit

@@ -7,9 +7,9 @@ from typing import Literal
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import bounded_reassoc
-from .rewriting import erase_if_dead
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import bounded_reassoc
+from .infra.rewriting import erase_if_dead
 
 # op kind of the atomic form → (op kind of the partials, op kind of the ascending reduction)
 FORMS = {

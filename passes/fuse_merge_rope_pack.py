@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, replace_node
 
 MERGE, PACK, FUSED = "hca_stream_merge", "hca_stream_pack", "hca_stream_merge_pack"
 

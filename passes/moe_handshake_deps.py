@@ -7,9 +7,9 @@ from operator import attrgetter
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import set_deps
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import set_deps
 
 
 @dataclass(frozen=True)

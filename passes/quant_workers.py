@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, not_one_block, selected, set_attrs
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, not_one_block, selected, set_attrs
 
 GROUP_SUFFIX = re.compile(r"\.g\d+$")     # the layers name one task per local O group: `tp_o_a_quant.g0`
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected, set_attrs
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected, set_attrs
 
 
 @dataclass(frozen=True)

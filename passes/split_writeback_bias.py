@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, replace_node, set_deps
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, replace_node, set_deps
 
 FUSED = "swa_cache_insert_valid_bias"
 SEPARATE_WRITEBACKS = ("kv_cache_writeback", "swa_cache_writeback")

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected, set_attrs
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected, set_attrs
 
 L0A_BYTES = 64 * 1024       # left-operand tile buffer of one AIC (pypto A2A3.ini l0_a_size)
 L0C_BYTES = 128 * 1024      # fp32/int32 accumulator tile buffer (l0_c_size)

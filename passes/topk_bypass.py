@@ -9,9 +9,9 @@ from dspark_ir.graph import Graph, Node, infer_types
 from dspark_ir.ops.base import get_op
 from dspark_ir.types import TensorType
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import exact_indices
-from .rewriting import is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import exact_indices
+from .infra.rewriting import is_returned, replace_node
 
 PLAN = "csa_slots_build_valid_qk_plan"
 VISIBILITY = ("ratio", "seq", "score_len", "k")

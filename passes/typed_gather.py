@@ -6,9 +6,9 @@ from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node, Value
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, set_deps
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, set_deps
 
 COPY_OUT, RELEASE = "window_copy_out", "window_release"
 VIEW_OPS = frozenset({"slice", "reshape"})   # pure views (no task): their readers are the real readers

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected
 
 WORK_F32_ROWS = 2   # hidden f32 working rows per tile row (squares, normalised values) in the UB estimate
 
