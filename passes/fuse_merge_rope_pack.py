@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
+from .infra import policy
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
 from .infra.rewriting import is_returned, replace_node
@@ -47,7 +48,7 @@ class FuseMergeRopePack(Pass):
 
     name = "fuse-merge-rope-pack"
     contract = BITWISE
-    workers: int = 48
+    workers: int = policy.MERGE_WORKERS
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 
+from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
 from .infra.rewriting import match_or_skip, not_one_block, set_attrs
@@ -42,7 +43,7 @@ class PoolFanout(Pass):
     name = "pool-fanout"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    requests: int = 2
+    requests: int = policy.POOL_REQUESTS
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
 
+from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
 from .infra.rewriting import match_or_skip, not_one_block, selected, set_attrs
@@ -42,9 +43,9 @@ class QuantWorkers(Pass):
     name = "quant-workers"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    workers: int = 24
-    rows: int = 8
-    ops: tuple[str, ...] = ("tp_o_a_quant",)
+    workers: int = policy.QUANT_WORKERS
+    rows: int = policy.QUANT_ROWS
+    ops: tuple[str, ...] = policy.QUANT_OPS
 
     def match(self, g: Graph):
         for node in g.topo_order():
