@@ -26,6 +26,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "after canonicalize: duplicates only compare equal once their operands are canonical; merging "
           "them before the DSpark passes lets each rewrite fire once per distinct value"),
     # ---- DSpark optimisation passes: one Entry per pass, in pipeline order -------------------------
+    Entry("retiled-cse",
+          "first DSpark pass, after cse whose exact duplicates it extends to tiling-only differences: it removes "
+          "the second RoPE table task of each attention layer before any pass looks at tiles (widen-tile then "
+          "widens the one kept with kv_rms_norm_rope, as before). Off by default: the default pipeline and "
+          "generated sources stay those of the seed's task list",
+          enabled=False),
     Entry("topk-bypass",
           "first DSpark pass: it removes work (the static form leaves idx.score, the indexer q side and the "
           "head weights dead for dce) that the re-tiling/fusion passes below would otherwise rewrite, and it "

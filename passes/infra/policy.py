@@ -38,6 +38,9 @@ DEQUANT_WORKERS = HARDWARE.vector_cores  # Q_DEQUANT_WORKERS = 48 of qkv_proj_ro
 DEQUANT_TOKEN_TILE = 8                   # the seed's Q_ROPE_T_TILE: tokens per (token, head tile) unit
 MERGE_WORKERS = HARDWARE.vector_cores    # the seed's MERGE_WORKERS = 48: one per AIV
 
+# ---- retiled-cse ------------------------------------------------------------------------------------------
+RETILED_CSE_OPS = ("rope_tables",)       # built twice per attention layer (q side, output pack); grid-independent
+
 # ---- split-writeback-bias ---------------------------------------------------------------------------------
 # Writeback row tile by the graph's `config`: 32 at flash (the later public pypto-lib version: 4 blocks at
 # T = 128), 8 at tiny (2-4 blocks at T = 16-32); 32 for any other graph.
