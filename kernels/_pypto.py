@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
-from dspark_ir.hardware import HARDWARE, ITEMSIZE  # noqa: F401 (ITEMSIZE: the templates read it here)
+from dspark_ir.hardware import HARDWARE, ITEMSIZE
 
 PTO_DTYPES = {
     "bf16": "pypto.DT_BF16", "fp16": "pypto.DT_FP16", "f32": "pypto.DT_FP32", "fp8": "pypto.DT_FP8E4M3",
