@@ -9,6 +9,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+from dspark_ir.hardware import HARDWARE
+
 from ._pypto import Src, cast_expr
 from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile, _pto_swap_index
 
@@ -23,7 +25,7 @@ def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELE
     return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
 
 
-_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
+_PTO_L1_BYTES = HARDWARE.l1_bytes * 3 // 4  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
 
 
 def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128) -> str:
@@ -219,7 +221,7 @@ class _PtoWindowAttn:
 
 
 _PTO_GROUP_TOKENS = 32   # tokens per task of a one-stream head-group pack (flash: 4 blocks × 8 groups = 32 tasks)
-_PTO_VECTOR_CORES = 48
+_PTO_VECTOR_CORES = HARDWARE.vector_cores
 
 
 class _PtoGroupMerge:

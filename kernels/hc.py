@@ -11,6 +11,8 @@ from __future__ import annotations
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
 # 1368 → 18 → 12.6, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms
 # 74 → 22 → 12.3, mix_x 42 → 13 → 10.5, split_pre_post 41 → 14 → 6.8.
+from dspark_ir.hardware import HARDWARE  # noqa: E402
+
 from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
 from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
 
@@ -84,7 +86,7 @@ def _pto_store_rows(loop: RowLoop, value: str, out, br: int) -> None:
 _PTO_PRE_RMS_ROWS = 16   # at most this many rows per forced subgraph
 
 
-_PTO_VECTOR_CORES = 48  # the modelled chip's vector cores (ASCEND_910B2)
+_PTO_VECTOR_CORES = HARDWARE.vector_cores
 
 
 def _pto_rows_per_block(spec: KernelSpec, t, cap: int) -> int:
@@ -172,7 +174,7 @@ def _pto_split_bounds(k: int, splits: int) -> list[tuple[int, int]]:
 
 
 _PTO_LINEAR_ROWS = 32   # rows per block: the cube's M tile (the IR's 16-row tile re-streamed hc_fn twice as often)
-_PTO_L1_BYTES = 512 * 1024  # L1: the A and B slices of one L1 k tile (single-buffered; beyond it pypto spills)
+_PTO_L1_BYTES = HARDWARE.l1_bytes  # L1: the A and B slices of one L1 k tile (single-buffered; beyond it pypto spills)
 
 
 def _pto_linear_cube(m: int, k: int, n: int) -> str:

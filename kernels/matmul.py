@@ -13,15 +13,17 @@ from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Iterator  # noqa: E402
 
+from dspark_ir.hardware import HARDWARE  # noqa: E402
+
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, ceil_div,  # noqa: E402
                      py_list, round_up, row_block, vec_tile)
 
-_PTO_CUBE_CORES = 24            # the modelled chip's cube cores (ASCEND_910B2)
-_PTO_L1_BYTES = 512 * 1024      # L1: the A and B slices of one L1 k step (single-buffered; beyond it pypto spills)
-_PTO_COPY_CYCLES = 1400         # cost model: fixed cycles of one copy into L1 (one MTE_IN pipe per core) ...
-_PTO_COPY_BYTES_PER_CYCLE = 95  # ... plus its bytes at this rate
-_PTO_ROUND_CYCLES = 4500        # the gap before a core's next task (dispatch and start latency)
-_PTO_TASK_CYCLES = 270          # the AICPU's scheduling per task (serial over the kernel's tasks)
+_PTO_CUBE_CORES = HARDWARE.cube_cores
+_PTO_L1_BYTES = HARDWARE.l1_bytes  # L1: the A and B slices of one L1 k step (single-buffered; beyond it pypto spills)
+_PTO_COPY_CYCLES = HARDWARE.copy_in_cycles  # cost model: one copy into L1 (one MTE_IN pipe per core) ...
+_PTO_COPY_BYTES_PER_CYCLE = HARDWARE.copy_in_bytes_per_cycle  # ... plus its bytes at this rate
+_PTO_ROUND_CYCLES = HARDWARE.task_round_cycles  # the gap before a core's next task (dispatch and start latency)
+_PTO_TASK_CYCLES = HARDWARE.task_schedule_cycles  # the AICPU's scheduling per task (serial over the kernel's tasks)
 
 
 @dataclass(frozen=True)

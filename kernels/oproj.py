@@ -6,13 +6,15 @@ from __future__ import annotations
 # o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
+from dspark_ir.hardware import HARDWARE  # noqa: E402
+
 from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
                       ceil_div, round_up, row_block, vec_tile)
 
 from .matmul import (_pto_block_loop, _pto_col_loop, _pto_cube_plan, _pto_cube_setup, _pto_k_tiles,  # noqa: E402
                      _pto_view)
 
-_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
+_PTO_L1_BYTES = HARDWARE.l1_bytes * 3 // 4  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
 
 def _pto_cube_tiles(m: int, k: int, n: int, dtype: str, tm_cap: int = 128, tn_cap: int = 256):
@@ -44,9 +46,9 @@ def _pto_cube_args(tm: int, tk: int, tk1: int, tn: int) -> str:
     return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
 
 
-_PTO_CUBE_CORES = 24
-_PTO_COPY_IN_CYCLES = 1400   # cost model: fixed cycles of one copy into L1 / UB ...
-_PTO_COPY_IN_BYTES = 95      # ... plus a byte per this many ... (bytes / cycle)
+_PTO_CUBE_CORES = HARDWARE.cube_cores
+_PTO_COPY_IN_CYCLES = HARDWARE.copy_in_cycles  # cost model: fixed cycles of one copy into L1 / UB ...
+_PTO_COPY_IN_BYTES = HARDWARE.copy_in_bytes_per_cycle  # ... plus a byte per this many ... (bytes / cycle)
 
 
 def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1) -> str:
@@ -67,7 +69,7 @@ def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1
     return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
 
 
-_PTO_TASK_CYCLES = 270           # the AICPU's scheduling per pypto task (serial over the kernel's tasks)
+_PTO_TASK_CYCLES = HARDWARE.task_schedule_cycles  # the AICPU's scheduling per pypto task (serial over the kernel's tasks)
 
 
 def _pto_cube_tiles_filled(m: int, k: int, n: int, dtype: str):
@@ -191,7 +193,7 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
 
 
 _PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
-_PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced subgraph each) run in one wave
+_PTO_DEQUANT_CORES = HARDWARE.vector_cores  # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:

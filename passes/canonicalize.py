@@ -13,9 +13,9 @@ from dspark_ir.ops import OpDef
 from dspark_ir.ops.core import Cast, Concat, Join, Reshape, Slice
 from dspark_ir.types import DType
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import erase_if_dead, is_returned, replace_node, set_attrs, set_deps, set_operand
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import erase_if_dead, is_returned, replace_node, set_attrs, set_deps, set_operand
 
 # Casts a -> b that are exact for every value of a (so cast(cast(x, b), a) == x).
 EXACT_WIDENING = {(DType.bf16, DType.fp32), (DType.fp16, DType.fp32), (DType.fp8, DType.bf16),

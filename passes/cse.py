@@ -7,9 +7,9 @@ from operator import attrgetter
 from dspark_ir.graph import Graph, Node
 
 from . import canonicalize
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import has_side_effects, is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import has_side_effects, is_returned, replace_node
 
 # Canonical forms a merge can break: a dep or join operand that now repeats, or a dep now implied.
 TIDY_RULES = ("join-operands", "canonical-deps")

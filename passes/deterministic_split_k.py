@@ -11,9 +11,9 @@ from dspark_ir.ops.core import Matmul, Zeros
 from dspark_ir.ops.hc import HcPreLinear, HcPreLinearReduce
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import bounded_reassoc
-from .rewriting import erase_if_dead
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import bounded_reassoc
+from .infra.rewriting import erase_if_dead
 
 # op kind of the atomic form → (op kind of the partials, op kind of the ascending reduction)
 FORMS: dict[type[OpDef], tuple[type[OpDef], type[OpDef]]] = {

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.sparse import HcaStreamMerge, HcaStreamMergePack, HcaStreamPack
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, replace_node
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, replace_node
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class FuseMergeRopePack(Pass):
 
     name = "fuse-merge-rope-pack"
     contract = BITWISE
-    workers: int = 48
+    workers: int = policy.MERGE_WORKERS
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -7,9 +7,10 @@ from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.compressor import CmpScatterSoftmaxPool
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, not_one_block, set_attrs
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, not_one_block, set_attrs
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class PoolFanout(Pass):
     name = "pool-fanout"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    requests: int = 2
+    requests: int = policy.POOL_REQUESTS
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -8,14 +8,11 @@ from dspark_ir.graph import Graph, Node, Value
 from dspark_ir.ops.attention import SwaCacheInsertValidBias, SwaCacheWriteback, SwaValidBias
 from dspark_ir.ops.sparse import KvCacheWriteback
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, replace_node, set_deps
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, replace_node, set_deps
 
-# Writeback row tile when `tile_rows = 0`, by the graph's `config` attribute: 32 at flash (the later public
-# pypto-lib version: 4 blocks at T = 128), 8 at tiny (2-4 blocks at T = 16-32); 32 for any other graph.
-TILE_ROWS_BY_CONFIG = {"flash": 32, "tiny": 8}
-DEFAULT_TILE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,8 @@ class SplitWritebackBias(Pass):
     qk_pv reads the new bias. Explicit deps of the fused task go to both halves; a dep on the fused task
     becomes a dep on both.
 
-    `tile_rows = 0` takes the writeback tile from the graph's config (32 at flash, 8 at tiny); the tile
-    never exceeds T. HCA and CSA already write the cache with a separate `kv_cache_writeback` and
+    `tile_rows = 0` takes the writeback tile from the graph's config (`policy.writeback_tile_rows`: 32 at
+    flash, 8 at tiny); the tile never exceeds T. HCA and CSA already write the cache with a separate `kv_cache_writeback` and
     have no fused bias task: the pass is a no-op there (the reason is shown by --explain).
     Contract: bitwise. The two references compose to the fused one exactly.
     """
@@ -97,7 +94,7 @@ class SplitWritebackBias(Pass):
         if rows % tile[0]:
             return (f"T = {rows} is not a multiple of the bias tile {tile[0]}: the bias builder's floor "
                     f"division would drop the last {rows % tile[0]} rows (the T % {tile[0]} == 0 contract)")
-        wanted = self.tile_rows or TILE_ROWS_BY_CONFIG.get(str(g.attributes.get("config")), DEFAULT_TILE_ROWS)
+        wanted = self.tile_rows or policy.writeback_tile_rows(g)
         if wanted < 1:
             return f"tile_rows = {self.tile_rows} is not a row count"
         return Site(node, rows_dim, min(wanted, rows), tile[0])

@@ -11,9 +11,9 @@ from dspark_ir.ops.sparse import CsaSlotsBuildValidQkPlan
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.types import TensorType
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import exact_indices
-from .rewriting import is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import exact_indices
+from .infra.rewriting import is_returned, replace_node
 
 VISIBILITY = ("ratio", "seq", "score_len", "k")
 TILING = ("tile", "blocks", "tail", "aer")  # the writers keep the top-k's per-token task shape

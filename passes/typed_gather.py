@@ -9,9 +9,9 @@ from dspark_ir.ops.collective import WindowCopyOut
 from dspark_ir.ops.core import Slice
 from dspark_ir.ops.window_release import WindowRelease
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, set_deps
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, set_deps
 
 _NAME = attrgetter("name")
 

@@ -85,8 +85,7 @@ class Variant:
 
 def pipeline_names() -> list[str]:
     """Pass names of the default pipeline (entries on by default), in order."""
-    from passes.defaults import DEFAULT_PIPELINE
-    from passes.pipeline import parse_entries
+    from passes import DEFAULT_PIPELINE, parse_entries
 
     return [parse_entries(e.spec, "default pipeline")[0].name for e in DEFAULT_PIPELINE if e.enabled]
 

@@ -36,9 +36,9 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 import numpy as np
 
+from dspark_ir.hardware import HARDWARE, Hardware
 from lowering.taskgraph import Task, TaskGraph
 
-from .hardware import HARDWARE, Hardware
 from .roofline import blocked_bound, task_work
 
 EXTRACTOR_VERSION = 1

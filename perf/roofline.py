@@ -47,11 +47,8 @@ from dspark_ir.ops.sparse import (CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPla
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.hardware import HARDWARE, ITEMSIZE, Hardware
 from lowering.taskgraph import Arg, Task
-
-from .hardware import HARDWARE, Hardware
-
-ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
 
 
 @dataclass

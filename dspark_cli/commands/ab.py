@@ -3,7 +3,7 @@
 For each layer (at one shape: config, TP, batch, S, cache lengths) every variant of the pass pipeline
 (perf/ab.py) is lowered and estimated: per-kernel cycles from pypto's cost model (cached by kernel source
 hash; kernels without a pypto template get a roofline estimate, flagged), composed by the schedule model
-(perf/schedule.py), against the 910B2 roofline (perf/hardware.py).
+(perf/schedule.py), against the 910B2 roofline (dspark_ir/hardware.py).
 
 Writes into DIR: ab.md (tables), ab.json (every number), onoff.png, waterfall_<layer>.png and
 traces/<layer>.<variant>.trace.json (Perfetto / chrome://tracing) for all-off and default.

@@ -67,8 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def context_from_args(args: argparse.Namespace):
     """The PassContext these flags describe."""
-    from passes import PassContext
-    from passes.pipeline import parse_entries
+    from passes import PassContext, parse_entries
 
     options: dict[str, dict] = {}
     for text in args.pass_option:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from dspark_ir.hardware import HARDWARE
+
 from ..common import UsageError, add_target_arguments, load_graph
 
 NAME = "simulate"
@@ -22,9 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p, "LAYER|FILE")
     p.add_argument("--ep", type=int, default=None,
                    help="expert-parallel ranks of the moe layer (default: the config's)")
-    p.add_argument("--cores-cube", type=int, default=24, metavar="N", help="cube (AIC) cores per rank (default 24)")
-    p.add_argument("--cores-vector", type=int, default=48, metavar="N",
-                   help="vector (AIV) cores per rank (default 48); a mix task takes 1 cube + 2 vector")
+    p.add_argument("--cores-cube", type=int, default=HARDWARE.cube_cores, metavar="N",
+                   help=f"cube (AIC) cores per rank (default {HARDWARE.cube_cores})")
+    p.add_argument("--cores-vector", type=int, default=HARDWARE.vector_cores, metavar="N",
+                   help=f"vector (AIV) cores per rank (default {HARDWARE.vector_cores}); "
+                        "a mix task takes 1 cube + 2 vector")
     p.add_argument("--seed", type=int, default=0, help="seed of the dispatch order among ready tasks (default 0)")
     p.add_argument("--input-seed", type=int, default=0, help="seed of the layer's golden inputs (default 0)")
     p.add_argument("-p", "--pipeline", help="pass pipeline to run first ('default' = the default pipeline; "

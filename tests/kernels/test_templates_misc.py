@@ -107,7 +107,7 @@ def _synthetic_jobs():
 
 
 def _pipeline_all() -> str:
-    from passes.defaults import DEFAULT_PIPELINE
+    from passes.infra.defaults import DEFAULT_PIPELINE
 
     return ",".join(e.spec.replace("deterministic-split-k", "deterministic-split-k{targets=all}")
                     for e in DEFAULT_PIPELINE if e.enabled)

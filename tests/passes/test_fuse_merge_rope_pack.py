@@ -10,7 +10,7 @@ import pytest
 
 from dspark_ir import layers
 from dspark_ir.interp import run
-from passes.contracts import BITWISE, check_outputs
+from passes.infra.contracts import BITWISE, check_outputs
 
 from .layer_support import SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses, tiny
 

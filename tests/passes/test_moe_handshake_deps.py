@@ -14,7 +14,7 @@ from dspark_ir.interp import run
 from dspark_ir.ops.signal import check_signals, waits
 from lowering.simulate import simulate
 from passes import Skip, get_pass
-from passes.manager import node_keys
+from passes.infra.manager import node_keys
 from perf.model import model_graph
 
 from .layer_support import ATTENTION, SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses

@@ -22,8 +22,8 @@ from dspark_ir.layers.tolerances import compare_layer
 from dspark_ir.semantics.indexer import idx_topk_bounded, visible_lengths
 from dspark_ir.semantics.topk_bypass import idx_topk_select
 from passes import PassContext, run_pipeline
-from passes.contracts import check_outputs
-from passes.rewriting import set_attrs
+from passes.infra.contracts import check_outputs
+from passes.infra.rewriting import set_attrs
 from passes.topk_bypass import TopkBypass
 
 LAYER = "decode-csa"
@@ -221,7 +221,7 @@ def test_flash_tp4_static_when_the_context_fits():
 
 # ---- options and the select op's reference -----------------------------------------------------------------
 def test_mode_option_round_trips():
-    from passes.pipeline import parse_pipeline
+    from passes.infra.pipeline import parse_pipeline
 
     assert str(parse_pipeline("topk-bypass{mode=static}")) == "topk-bypass{mode=static}"
     assert str(parse_pipeline("topk-bypass{mode=guarded}")) == "topk-bypass"

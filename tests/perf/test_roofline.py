@@ -1,4 +1,4 @@
-"""Roofline arithmetic (perf/roofline.py) and the 910B2 constants (perf/hardware.py)."""
+"""Roofline arithmetic (perf/roofline.py) and the 910B2 constants (dspark_ir/hardware.py)."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 
 from dspark_ir import layers
+from dspark_ir.hardware import HARDWARE
 from lowering import build_task_graph
-from perf.hardware import HARDWARE
 from perf.roofline import Work, blocked_bound, bound, chip_bound, task_work
 
 

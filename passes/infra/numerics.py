@@ -1,5 +1,5 @@
 """--check-numerics: run the reference interpreter before and after each pass on seeded inputs, check the
-pass's declared contract (passes.contracts), and name the pass, the output and the worst element."""
+pass's declared contract (passes.infra.contracts), and name the pass, the output and the worst element."""
 from __future__ import annotations
 
 from typing import Any
