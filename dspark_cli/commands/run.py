@@ -1,6 +1,6 @@
 """Run a layer on seeded golden inputs and compare every output with the independent golden.
 
-Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance (dspark_ir/layers/tolerances.py; at
+Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance (goldens/tolerances.py; at
 TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every output is within tolerance,
 1 otherwise.
 The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
@@ -49,7 +49,7 @@ def backend(name: str) -> Callable[..., Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dspark_ir import layers, verify
-    from dspark_ir.layers.tolerances import compare_layer
+    from goldens.tolerances import compare_layer
 
     g = _load(args)
     verify(g)

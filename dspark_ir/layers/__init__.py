@@ -27,7 +27,7 @@ Public API
     against. A builder may change it per graph (``b.kind = "moe_hash"``) and the rank count (``b.ranks = cfg.ep``).
 ``layer_params(name)``, ``graph_config(g)``, ``resolve_config(config, tp, batch, seq)``
     A layer's own parameters with defaults; the ModelConfig a layer graph was built for; config resolution.
-Comparison with the golden: ``layers/tolerances.py`` (``compare_layer(result, golden, layer, seq)``, one
+Comparison with the golden: ``goldens/tolerances.py`` (``compare_layer(result, golden, layer, seq)``, one
 documented tolerance per output name).
 
 Writing a builder

@@ -13,7 +13,7 @@ import pytest
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
+from goldens.tolerances import compare_layer
 from goldens.attention import (attend, csa_compressed_rows, derotate_pack, even_tiles, gather_keys,
                                sparse_window)
 from goldens.compressor import compress_step, compressor_weights, csa_spec, indexer_spec
@@ -193,7 +193,7 @@ def check_stages(cfg, inp, env):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("tp", [1, 4])
 def test_csa_matches_golden(tp, seed, regime):
-    """Whole-layer outputs within the documented tolerances (dspark_ir/layers/tolerances.py), and every CSA
+    """Whole-layer outputs within the documented tolerances (goldens/tolerances.py), and every CSA
     stage bitwise equal to the golden's function given the graph's own upstream values."""
     g = graph(tp)
     inputs = layers.layer_inputs(g, seed, regime)

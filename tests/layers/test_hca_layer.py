@@ -13,7 +13,7 @@ import pytest
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
+from goldens.tolerances import compare_layer
 from goldens.attention import (attend, derotate_pack, even_tiles, gather_keys, hca_compressed_rows, sparse_window,
                                tile_partial, work_rows)
 from goldens.compressor import compress_step, compressor_weights, hca_spec

@@ -9,7 +9,7 @@ import pytest
 
 from dspark_ir import layers
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare, compare_layer
+from goldens.tolerances import compare, compare_layer
 from goldens.inputs import ATTENTION_REGIMES
 
 SEEDS = (0, 1, 2)

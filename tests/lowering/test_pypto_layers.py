@@ -37,7 +37,7 @@ def _params():
 @pytest.mark.parametrize("layer, pipeline", list(_params()))
 def test_layer_through_pypto_matches_golden(layer, pipeline):
     from dspark_ir import layers
-    from dspark_ir.layers.tolerances import compare_layer
+    from goldens.tolerances import compare_layer
 
     g = layers.build(layer, config="tiny", tp=1, **LAYERS[layer])
     inputs = layers.layer_inputs(g, 0)

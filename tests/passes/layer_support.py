@@ -8,7 +8,7 @@ from pathlib import Path
 from dspark_cli.main import main
 from dspark_ir import Graph, layers, parse_file
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
+from goldens.tolerances import compare_layer
 from passes import OptResult, PassContext, run_pipeline
 
 SEEDS = (0, 1, 2)
@@ -28,7 +28,7 @@ def optimise(g: Graph, pipeline: str, seed: int = 0, numerics: bool = True) -> O
 
 def golden_mismatches(g: Graph, seed: int) -> list[str]:
     """Run `g` (a layer graph, possibly optimised) in the interpreter on the golden inputs of `seed` and list
-    the outputs outside their documented tolerance (layers/tolerances.py)."""
+    the outputs outside their documented tolerance (goldens/tolerances.py)."""
     inputs = layers.layer_inputs(g, seed)
     got, want = layers.graph_outputs(g, run(g, inputs)), layers.golden_outputs(g, inputs)
     got, want = (got, want) if isinstance(got, list) else ([got], [want])

@@ -18,7 +18,7 @@ import pytest
 
 from dspark_cli.main import main
 from dspark_ir import interp, layers
-from dspark_ir.layers.tolerances import compare_layer
+from goldens.tolerances import compare_layer
 from dspark_ir.semantics.indexer import idx_topk_bounded, visible_lengths
 from dspark_ir.semantics.topk_bypass import idx_topk_select
 from passes import PassContext, run_pipeline

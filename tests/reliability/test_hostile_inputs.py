@@ -14,7 +14,7 @@ from dspark_ir import parse_file, parse_graph, print_graph, verify
 from dspark_ir.errors import ConfigError, DsparkError
 from dspark_ir.interp import run
 from dspark_ir.layers import build, golden_outputs, graph_outputs, layer_inputs
-from dspark_ir.layers.tolerances import compare_layer
+from goldens.tolerances import compare_layer
 from goldens.config import config_by_name
 from lowering import LoweringError, build_task_graph, lint, run_numpy
 
