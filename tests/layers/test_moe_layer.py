@@ -12,12 +12,12 @@ import pytest
 from dspark_ir import ConfigError, parse_graph, print_graph, verify
 from dspark_ir.interp import InterpError, run
 from dspark_ir.layers import build, graph_config
-from goldens.tolerances import compare
 from dspark_ir.ops.signal import check_signals, waits
+from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
 from goldens import layers as gl
 from goldens.compare import check
-from dspark_ir.semantics.dtypes import NP_DTYPES
+from goldens.tolerances import compare
 
 SEEDS = (0, 1, 2)
 HASH, SORT = 0, 1          # tiny: n_hash_layers = 1

@@ -13,10 +13,11 @@ from dspark_cli.main import main
 from dspark_ir import parse_file, parse_graph, print_graph, verify
 from dspark_ir.errors import ConfigError, DsparkError
 from dspark_ir.interp import run
-from dspark_ir.layers import build, golden_outputs, graph_outputs, layer_inputs
-from goldens.tolerances import compare_layer
+from dspark_ir.layers import build
 from goldens.config import config_by_name
+from goldens.tolerances import compare_layer
 from lowering import LoweringError, build_task_graph, lint, run_numpy
+from runner import golden_outputs, graph_outputs, layer_inputs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rmsnorm_matmul_rope.dsir"
 HUGE_T = 2 ** 40
