@@ -66,6 +66,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from goldens import config as gc
+
 from ..errors import ConfigError, DsparkError, did_you_mean
 from ..graph import Graph
 from ..verifier import verify
@@ -124,8 +126,6 @@ MAX_SYMBOL_VALUE = 2**62  # dims print as int64 literals; keep products of two s
 def resolve_config(config: Any = "tiny", tp: int | None = None, batch: int | None = None,
                    seq: int | None = None):
     """A validated ModelConfig from a name or a config, with tp/batch/seq overrides. Raises ConfigError."""
-    from goldens import config as gc
-
     try:
         cfg = gc.config_by_name(config) if isinstance(config, str) else config
         if not isinstance(cfg, gc.ModelConfig):
@@ -195,11 +195,9 @@ def graph_config(g: Graph):
     cfg = resolve_config(attrs["config"], int(attrs["tp"]), g.symbols.get("B"), g.symbols.get("S"))
     ep = attrs.get("ep")
     if ep is not None and int(ep) != cfg.ep:
-        from goldens.config import ConfigError as GoldenConfigError
-
         try:
             cfg = cfg.with_(ep=int(ep))
-        except GoldenConfigError as e:
+        except gc.ConfigError as e:
             raise ConfigError(str(e)) from None
     return cfg
 
