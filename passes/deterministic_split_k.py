@@ -48,7 +48,7 @@ class DeterministicSplitK(Pass):
     seed PR's deterministic qkv was reverted: the partial buffers and the extra reduce task sit on the
     prefill critical path and cost time there (hc_pre alone already cost 167.0 → 199.5 µs at 512 prefill rows,
     decode unchanged), while the qkv atomics' last-bit noise is absorbed by the layer tolerances
-    (layers/tolerances.py: the qr ±1 LSB row allowance). Use `all` for bitwise-reproducible runs.
+    (goldens/tolerances.py: the qr ±1 LSB row allowance). Use `all` for bitwise-reproducible runs.
 
     Contract: bitwise the same on every schedule (the shuffled executor's split orders included). Against the
     interpreter's atomic form (ascending splits) it is exact. Against a hardware run of the atomic form, whose

@@ -19,7 +19,7 @@ VISIBILITY = ("ratio", "seq", "score_len", "k")
 TILING = ("tile", "blocks", "tail", "aer")  # the writers keep the top-k's per-token task shape
 
 # x_out moves only by the summation order of the attention over the same keys; the bound is the CSA layer's
-# token-row allowance (dspark_ir/layers/tolerances.py, x_out_csa row_max 0.05: |a − e| ≤ 0.05 · max(|e|, 1)).
+# token-row allowance (goldens/tolerances.py, x_out_csa row_max 0.05: |a − e| ≤ 0.05 · max(|e|, 1)).
 ROW_MAX = 0.05
 
 

@@ -7,7 +7,6 @@ reproducer hints) go to stderr; --print-ir-after* go to stdout.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 
 from dspark_ir.text.printer import print_graph

@@ -83,16 +83,17 @@ def _inputs(g, tg, args: argparse.Namespace):
 
 
 def layer_inputs(g, seed: int):
-    """layers.layer_inputs, except that a moe graph's inputs follow its `ep` attribute (ranks = ep)."""
+    """runner.layer_inputs, except that a moe graph's inputs follow its `ep` attribute (ranks = ep)."""
     import numpy as np
 
+    import runner
     from dspark_ir import layers
-    from goldens import inputs as gi
     from dspark_ir.semantics.dtypes import NP_DTYPES
+    from goldens import inputs as gi
 
     ep = g.attributes.get("ep")
     if ep is None or int(g.attributes.get("ranks", 1)) == layers.graph_config(g).ep:
-        return layers.layer_inputs(g, seed)
+        return runner.layer_inputs(g, seed)
     try:
         cfg = layers.graph_config(g).with_(ep=int(ep))
         per_rank = gi.make_rank_inputs(g.attributes["kind"], cfg, seed)

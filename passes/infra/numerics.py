@@ -7,7 +7,7 @@ from typing import Any
 from dspark_ir import interp
 from dspark_ir.errors import DsparkError
 from dspark_ir.graph import Graph
-from dspark_ir.sample import sample_inputs
+from runner import sample_inputs
 
 from .contracts import check_outputs
 from .instruments import Instrument

@@ -34,6 +34,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import parse_graph, verify
 from kernels._pypto import module_prelude
 from lowering import build_task_graph
@@ -74,7 +75,7 @@ def _layer_jobs(layer_id: int, ops) -> dict:
 
     g = layers.build("moe", config="tiny", tp=1, ep=1, layer_id=layer_id)
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0))
+    mem = Memory(tg, runner.layer_inputs(g, 0))
     out = {}
     for t in tg.tasks:
         if t.op in ops and not t.collective:
@@ -97,7 +98,7 @@ def _ep1_collective_jobs() -> dict:
 
     g = layers.build("moe", config="tiny", tp=1, ep=1, layer_id=0)
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0))
+    mem = Memory(tg, runner.layer_inputs(g, 0))
     out = {}
     for t in tg.tasks:
         if t.op in moe.PYPTO_TEMPLATES_EP1:
@@ -377,8 +378,7 @@ def test_flash_tp4_shapes_compile(batch, name):
 def test_every_moe_op_is_templated_or_explained():
     """Each MoE / signal / collective op kind has a template or a recorded reason (PYPTO_UNSUPPORTED)."""
     from dspark_ir.ops import OP_REGISTRY, load_all
-    from kernels import moe
-    from kernels import signal
+    from kernels import moe, signal
 
     load_all()
     for module, family in ((moe, "moe"), (signal, "signal")):
