@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above.
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above.
 # * swa_cache_insert_valid_bias: the row insert is a `pypto.loop` over tokens that reads the slot as a
 #   runtime scalar (`slot_mapping[t]`, GetTensorData) and assembles the kv row at [slot, 0] only
 #   `if slot >= 0`: −1 is skipped and, iterations running in token order, the later token wins a duplicate
@@ -24,19 +24,22 @@ from __future__ import annotations
 #   right). A group past the last row is moved back to end there (rewriting rows of an earlier group with the
 #   same values; no `if` per token: pypto's compile time grows with the body's paths, > 10 min for 16 tokens),
 #   partial only when rows < n.
-# * qk_pv: kernels/attn_pto.py `_PtoWindowAttn` (2-D cube matmuls on in-place 2-D reshapes of q and kv_rows,
+# * qk_pv: kernels/attention_blocks.py `_PtoWindowAttn` (2-D cube matmuls on in-place 2-D reshapes of q and kv_rows,
 #   key-major sᵀ = K·qᵀ so m, l come out as rows; token pairs share one q·Kᵀ task when the window is one tile),
 #   one k_tile of the token's window rows at a time, valid where index ≥ 0 and bias ≥ 0, the reference's
 #   mask/exp order, l in numpy's pairwise order, the tiles merged in order. The matmuls accumulate in f32 where
 #   the reference rounds an f64 sum once, so s, m, l, o agree to f32 rounding (not bitwise).
-# * merge_norm: kernels/attn_pto.py `_PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
+# * merge_norm: kernels/attention_blocks.py `_PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
 #   o / (l + exp(sink − m)) in f32, the inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap
 #   index, one bf16 rounding, each head assembled straight into its place of the group-major pack. Bitwise the
 #   reference's on CPU except where the calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on
 #   rare points).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
-from .attn_pto import _PtoGroupMerge, _PtoWindowAttn  # noqa: E402
-from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
+from dspark_ir.ops.attention import MergeNorm, QkPv, SwaCacheInsertValidBias, SwaCacheWriteback, SwaGatherKv, SwaValidBias
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr
+from .attention_blocks import _PtoGroupMerge, _PtoWindowAttn
+from .qkv import _PtoBlock, _pto_scope, _pto_set_tile
+from .registry import template
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -70,6 +73,7 @@ def pto_valid_bias_rows(src: Src, lens, bias, window: int) -> None:
         _pto_scope(src, -1)
 
 
+@template(SwaCacheInsertValidBias)
 def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
     kv, _cache_in, slots, lens = spec.operands
     cache, bias = spec.results
@@ -84,6 +88,7 @@ _PTO_GATHER_TASK_ELEMS = 4 * 128 * 512  # rows one gather task writes: 4 flash t
 _PTO_GATHER_TASKS_PER_ITER = 4
 
 
+@template(SwaGatherKv)
 def pypto_swa_gather_kv(spec: KernelSpec) -> str:
     cache, idx = spec.operands
     out = spec.results[0]
@@ -121,6 +126,7 @@ def pypto_swa_gather_kv(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(QkPv)
 def pypto_qk_pv(spec: KernelSpec) -> str:
     spec = spec.static()  # see _PtoWindowAttn
     q, rows, bias, idx = spec.operands
@@ -135,6 +141,7 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(MergeNorm)
 def pypto_merge_norm(spec: KernelSpec) -> str:
     spec = spec.static()  # see _PtoGroupMerge
     m, l, o, sink, cos_il, sin_signed = spec.operands
@@ -155,14 +162,11 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
     return src.text()
 
 
-PYPTO_TEMPLATES = {
-    "swa_cache_insert_valid_bias": pypto_swa_cache_insert_valid_bias, "swa_gather_kv": pypto_swa_gather_kv,
-    "qk_pv": pypto_qk_pv, "merge_norm": pypto_merge_norm,
-}
 
 
 # The two halves of the fused task, produced by the split-writeback-bias pass: the same code as the fused
 # template's insert loop and bias blocks (bitwise the same as the fused op's, which its tests check).
+@template(SwaCacheWriteback)
 def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
     kv, _cache_in, slots = spec.operands
     (cache,) = spec.results
@@ -171,6 +175,7 @@ def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(SwaValidBias)
 def pypto_swa_valid_bias(spec: KernelSpec) -> str:
     (lens,) = spec.operands
     (bias,) = spec.results
@@ -178,6 +183,3 @@ def pypto_swa_valid_bias(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     pto_valid_bias_rows(src, lens, bias, window)
     return src.text()
-
-
-PYPTO_TEMPLATES.update({"swa_cache_writeback": pypto_swa_cache_writeback, "swa_valid_bias": pypto_swa_valid_bias})

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dspark_ir.semantics.compressor import FP32_NEG_INF
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above. Two pypto 0.2.0
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above. Two pypto 0.2.0
 # idioms for the data-dependent parts (positions, ring tables, slot mappings), both verified on CPU (full mode,
 # pass-verify clean):
 # * runtime scalars: int32 inputs read as scalars (`positions[t]`, `table[b, i]`: GetTensorData), scalar
@@ -23,10 +23,13 @@ from dspark_ir.semantics.compressor import FP32_NEG_INF
 # Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
 # import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
 # data movement).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
-from .oproj import _pto_cube_shapes_spread  # noqa: E402
-from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,  # noqa: E402
+from dspark_ir.ops.compressor import CmpKvHadamard, CmpKvScoreProj, CmpRmsnormRope, CmpRmsnormRopeCacheWrite, CmpScatterSoftmaxPool, IdxKvCacheWrite, RopeGatherRows, RopeInterleave, RopeSwapIdx
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
+from .oproj import _pto_cube_shapes_spread
+from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,
                   _pto_scope, _pto_set_tile)
+from .registry import template
 
 _PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
 
@@ -69,6 +72,7 @@ def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag:
     return f"has{tag}", f"tsel{tag}", f"psel{tag}"
 
 
+@template(RopeSwapIdx)
 def pypto_rope_swap_idx(spec: KernelSpec) -> str:
     """j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) on an f32 arange (exact), cast to i32."""
     out = spec.results[0]
@@ -85,6 +89,7 @@ def pypto_rope_swap_idx(spec: KernelSpec) -> str:
 _PTO_ROPE_ROWS = 32   # rows per forced subgraph of rope_interleave
 
 
+@template(RopeInterleave)
 def pypto_rope_interleave(spec: KernelSpec) -> str:
     """cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1] (− for even j): per block of R rows (one forced
     subgraph), the halves transposed to [half, R], placed side by side as [c | c] / [−s | s] ([half, 2R], which
@@ -119,6 +124,7 @@ def pypto_rope_interleave(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(RopeGatherRows)
 def pypto_rope_gather_rows(spec: KernelSpec) -> str:
     """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r); a negative p reads row P + p like
     numpy's indexing), rows [B, half] of both tables at p: the first tokens' positions by `index_select` at
@@ -145,6 +151,7 @@ def pypto_rope_gather_rows(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(CmpKvScoreProj)
 def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
     """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation): all rows in one loop iteration (every tile
     task dispatched at once), the cube tiles of `_pto_cube_shapes_spread` (deep L1 k tiles, the output tile
@@ -200,6 +207,7 @@ def _pto_arange(src: Src, n: int, name: str) -> None:
     src(f"{name} = pypto.reshape({name}1, [1, {n}])")
 
 
+@template(CmpScatterSoftmaxPool)
 def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     """Vectorised over tokens and requests (static T), integer arithmetic in f32 (< 2^23, exact); a handful of
     forced subgraphs (each pypto task costs dispatch and ~1.4 k cycles per copy-in).
@@ -801,6 +809,7 @@ def _pto_finish_y(src: Src, spec: KernelSpec, r: int, r0: str) -> tuple[str, str
     return (f"pypto.view(yn, [{r}, {nope}], [0, 0])" if nope else None), "ro"
 
 
+@template(CmpRmsnormRope)
 def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
     """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise).
     Blocks of whole rows, each one forced subgraph of rank-2 math (flash TP4 cost model, CSA inner: 42.6 →
@@ -832,6 +841,7 @@ def _pto_store_rows(src: Src, spec: KernelSpec, n: str, r0: str, positions, slot
             stores("i", "slot")
 
 
+@template(CmpRmsnormRopeCacheWrite)
 def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     """y as cmp_rmsnorm_rope, rounded to the cache dtype, then per request: row b stored at
     slot_mapping[pooling token] when the request pooled an entry and the slot is mapped (flash TP4 cost model:
@@ -856,6 +866,7 @@ def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(CmpKvHadamard)
 def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
     """k = rb(rb(y) @ H): y rounded to bf16, cube matmul with f32 accumulation, rounded to bf16."""
     y, had = spec.operands
@@ -880,6 +891,7 @@ def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxKvCacheWrite)
 def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
     """q8 of every row of k (amax, k = 127/amax true division, rint through int32 → fp16 → int8, scale 1/k), then
     per request the int8 row and its scale stored at slot_mapping[pooling token] (skipped like the reference)."""
@@ -907,12 +919,3 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
 
         _pto_store_rows(src, spec, "valid" if blk.partial else str(blk.rows), blk.r0, pos, slots, store)
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "rope_swap_idx": pypto_rope_swap_idx, "rope_interleave": pypto_rope_interleave,
-    "rope_gather_rows": pypto_rope_gather_rows, "cmp_kv_score_proj": pypto_cmp_kv_score_proj,
-    "cmp_scatter_softmax_pool": pypto_cmp_scatter_softmax_pool, "cmp_rmsnorm_rope": pypto_cmp_rmsnorm_rope,
-    "cmp_rmsnorm_rope_cache_write": pypto_cmp_rmsnorm_rope_cache_write, "cmp_kv_hadamard": pypto_cmp_kv_hadamard,
-    "idx_kv_cache_write": pypto_idx_kv_cache_write,
-}

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py). The numpy references above define the
+# Source generators for the lowering (see kernels/pto.py). The numpy references above define the
 # numbers; each template mirrors its reference's op order and rounding points.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+from dspark_ir.ops.core import Add, Cast, Concat, Mul, Reshape, Zeros
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .registry import template
 
 _pto_BINARY = {"add": "pypto.add", "mul": "pypto.mul"}
 
 
+@template(Add, Mul)
 def pypto_binary(spec: KernelSpec) -> str:
     """add / mul: fp32 math, one rounding back to the operand dtype (integers stay integer)."""
     a, b = spec.operands[:2]
@@ -28,6 +32,7 @@ def pypto_binary(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Cast)
 def pypto_cast(spec: KernelSpec) -> str:
     """cast: floats narrow with round-to-nearest-even, floats to integers with rint (like `cast`)."""
     x = spec.operands[0]
@@ -41,6 +46,7 @@ def pypto_cast(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Zeros)
 def pypto_zeros(spec: KernelSpec) -> str:
     """zeros: the seed of an accumulation, filled block by block."""
     out = spec.results[0]
@@ -61,6 +67,7 @@ def pypto_zeros(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Reshape)
 def pypto_reshape(spec: KernelSpec) -> str:
     """reshape as a copy task (when no strided view of the operand expresses it)."""
     spec = spec.static()
@@ -73,6 +80,7 @@ def pypto_reshape(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Concat)
 def pypto_concat(spec: KernelSpec) -> str:
     """concat as a copy task: each operand assembled at its offset along the axis."""
     spec = spec.static()
@@ -100,9 +108,3 @@ def pypto_copy(spec: KernelSpec) -> str:
         src(f"y = pypto.clone({loop.view(x)})")
         loop.store("y", out)
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "add": pypto_binary, "mul": pypto_binary, "cast": pypto_cast, "zeros": pypto_zeros,
-    "reshape": pypto_reshape, "concat": pypto_concat,  # copy tasks; slice is always a view
-}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py). They mirror the references above: stream
+# Source generators for the lowering (see kernels/pto.py). They mirror the references above: stream
 # and column views instead of reshapes of the whole residual, the same summation order over K chunks,
 # splits and streams. Row sums and the cube accumulate in pypto's own order inside a chunk/split, so f32
 # results agree to rounding (not bit for bit) where the reference fixes an order pypto cannot express.
@@ -11,8 +11,11 @@ from __future__ import annotations
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
 # 1368 → 18 → 12.6, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms
 # 74 → 22 → 12.3, mix_x 42 → 13 → 10.5, split_pre_post 41 → 14 → 6.8.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
-from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
+from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .qkv import _pto_block_loops, _pto_scope, _pto_token_units
+from .registry import template
 
 _PTO_TOKEN_BLOCK = 16   # tokens per block where the tokens are the (wide) last dim of every op
 
@@ -97,6 +100,7 @@ def _pto_rows_per_block(spec: KernelSpec, t, cap: int) -> int:
     return max(1, min(cap, -(-t.shape[0] * -(-blocks // _PTO_VECTOR_CORES) // blocks)))
 
 
+@template(HcPreRms)
 def pypto_hc_pre_rms(spec: KernelSpec) -> str:
     """inv_rms per row: the block's squares [R, n, D] reshaped to [R·K/c, c] (one row per K-chunk of c = the
     tile's width), summed per chunk, then the chunk sums [R, K/c] transposed to [K/c, R] and added in chunk
@@ -211,6 +215,7 @@ def _pto_whole_blocks(src: Src, t, rows: int):
         yield static % rows, str(static - static % rows), None
 
 
+@template(HcPreLinear)
 def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     """One cube matmul per K split of a block of up to 32 rows (x_hc read through one in-place [T, n·D]
     reshape: stream views of the rank-3 tensor were reshapes through global memory, a vector task each). Whole
@@ -250,6 +255,7 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(HcPreLinearReduce)
 def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
     p = spec.operands[0]
     out = spec.results[0]
@@ -271,6 +277,7 @@ def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
 _PTO_MIX_ROWS = 8   # at most this many rows per forced subgraph
 
 
+@template(MixX)
 def pypto_mix_x(spec: KernelSpec) -> str:
     """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) per row block, one forced subgraph each, as
     rank-3 math on the streams [R, 1, D] (no stream reshapes): the block's pre [R, n] is one copy, expanded so
@@ -343,6 +350,7 @@ def _pto_hc_post_tokens(src: Src, spec: KernelSpec, count: int, r0: str) -> None
     _pto_scope(src, -1)
 
 
+@template(HcPost)
 def pypto_hc_post(spec: KernelSpec) -> str:
     """For each output stream o: y = f32(a)·post[o], then Z = X·C[:, o] (the token's streams X [n, D] times
     the column C[:, o]) and y += Z[i] for i ascending: the reference's op order exactly. Groups of G tokens
@@ -367,6 +375,7 @@ def _pto_sigmoid(x: str) -> str:
     return f"pypto.reciprocal(pypto.add(pypto.exp(pypto.neg({x})), 1.0))"
 
 
+@template(SplitPrePost)
 def pypto_split_pre_post(spec: KernelSpec) -> str:
     """pre / post with the tokens as the wide last dim (as `pypto_comb_sinkhorn`): the block's 2n mix columns
     transposed to [2n, R], (m·inv)·s + b with inv a [1, R] row and s, b [2n, 1] columns, the sigmoid
@@ -401,6 +410,7 @@ def pypto_split_pre_post(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(CombSinkhorn)
 def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
     """Softmax over `out`, then Sinkhorn row/column normalisations, with the tokens as the wide last dim: a
     block of R tokens' n·n comb logits is transposed to [n·n, R] and packed as Y [n, n·R] (row i, column
@@ -466,10 +476,3 @@ def _pto_chain(fn: str, terms) -> str:
     for t in terms[1:]:
         expr = f"{fn}({expr}, {t})"
     return expr
-
-
-PYPTO_TEMPLATES = {
-    "split_pre_post": pypto_split_pre_post, "comb_sinkhorn": pypto_comb_sinkhorn,
-    "hc_pre_rms": pypto_hc_pre_rms, "hc_pre_linear": pypto_hc_pre_linear,
-    "hc_pre_linear_reduce": pypto_hc_pre_linear_reduce, "mix_x": pypto_mix_x, "hc_post": pypto_hc_post,
-}

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py); mirror the references above.
-from ._pypto import KernelSpec, RowLoop, Src, row_block, vec_tile  # noqa: E402
+# Source generators for the lowering (see kernels/pto.py); mirror the references above.
+from dspark_ir.ops.indexer import IdxHadamardMatmul, IdxQQuant, IdxQrDequant, IdxQrRope, IdxScore, IdxTopk, IdxTopkBounded, IdxWeightsProj, IdxWeightsReduce
+
+from .pto import KernelSpec, RowLoop, Src, row_block, vec_tile
+from .registry import template
 
 
+@template(IdxWeightsReduce)
 def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
     """(Σ_k partials[k], ascending) · scale over [k, T, IH] partials, block by block over T."""
     p = spec.operands[0]
@@ -34,9 +38,9 @@ def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
 
 # Templates of the query side, head weights, score and top-k (see kernels/compressor.py's template section for the
 # runtime-scalar idioms and the helpers shared with it).
-from ._pypto import cast_expr, cube_shapes  # noqa: E402
-from .compressor import _PTO_NEG, _pto_cols_of, _pto_ramp, _pto_set_tile, _pto_tile, _PtoBlock  # noqa: E402
-from .matmul import _pto_split_bounds  # noqa: E402
+from .pto import cast_expr, cube_shapes
+from .compressor import _PTO_NEG, _pto_cols_of, _pto_ramp, _pto_set_tile, _pto_tile, _PtoBlock
+from .matmul import _pto_split_bounds
 
 
 def _pto_divisor(n: int, cap: int) -> int:
@@ -47,6 +51,7 @@ def _pto_divisor(n: int, cap: int) -> int:
     return 1
 
 
+@template(IdxQrDequant)
 def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
     """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise)."""
     acc, sa, sw = spec.operands
@@ -68,6 +73,7 @@ def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxQrRope)
 def pypto_idx_qr_rope(spec: KernelSpec) -> str:
     """Per block of requests: the rope lanes of every (token, head) row swapped with `gather` by the swap operand
     (index expanded over the rows), out = r·cos_il + swapped·sin_signed with the request's table row broadcast over
@@ -109,6 +115,7 @@ def pypto_idx_qr_rope(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxHadamardMatmul)
 def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
     """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation."""
     q, had = spec.operands
@@ -139,6 +146,7 @@ def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxQQuant)
 def pypto_idx_q_quant(spec: KernelSpec) -> str:
     """q8 per (token, head) row: amax = max(max|x|, 1e-4), k = 127/amax (true division), rint through int32 →
     fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise)."""
@@ -167,6 +175,7 @@ def pypto_idx_q_quant(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxWeightsProj)
 def pypto_idx_weights_proj(spec: KernelSpec) -> str:
     """Partial k = x[:, K_k] @ weights_proj[K_k] (contiguous linspace slices like the reference), f32 accumulation
     on the cube, assembled at [k, rows, 0]."""
@@ -229,6 +238,7 @@ def _pto_request_block(batch: int, seq: int, rows_cap: int = 32) -> int:
     return _pto_divisor(batch, max(1, rows_cap // seq))
 
 
+@template(IdxScore)
 def pypto_idx_score(spec: KernelSpec) -> str:
     """Per block of nb requests (a pypto.loop) and chunk of cp pages (unrolled: static offsets, the chunks' tasks
     side by side): the chunk's physical rows max(page, 0)·bs + j as ONE index (the table row's cp pages broadcast
@@ -327,6 +337,7 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxTopk)
 def pypto_idx_topk(spec: KernelSpec) -> str:
     """Per block of requests: the score rows with the entries at or beyond visible[t] set to −inf (so
     FP32_NEG_INF entries inside the visible range still rank before them), `pypto.topk` (k largest, descending),
@@ -360,6 +371,7 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(IdxTopkBounded)
 def pypto_idx_topk_bounded(spec: KernelSpec) -> str:
     """Column c of token t is c where c < min(visible[t], k), else −1 (f32 compare, exact)."""
     pos, kv_len = spec.operands
@@ -389,11 +401,3 @@ def _pto_bounded(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
                 f"{float(k)!r}), o, {fb})")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "idx_weights_reduce": pypto_idx_weights_reduce, "idx_qr_dequant": pypto_idx_qr_dequant,
-    "idx_qr_rope": pypto_idx_qr_rope, "idx_hadamard_matmul": pypto_idx_hadamard_matmul,
-    "idx_q_quant": pypto_idx_q_quant, "idx_weights_proj": pypto_idx_weights_proj, "idx_score": pypto_idx_score,
-    "idx_topk": pypto_idx_topk, "idx_topk_bounded": pypto_idx_topk_bounded,
-}

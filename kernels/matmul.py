@@ -4,17 +4,20 @@ from __future__ import annotations
 import numpy as np
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generator for the lowering (see kernels/_pypto.py). Mirrors `matmul` above: bf16/fp16 x bf16/fp16
+# Source generator for the lowering (see kernels/pto.py). Mirrors `matmul` above: bf16/fp16 x bf16/fp16
 # and int8 x int8 (-> int32) on the cube; an atomic task adds each of its k_split contiguous K slices into
 # the seeded f32 accumulator, in ascending split order (the reference order). The row block is the IR's
 # tile; inside it the cube tiles and pypto's task grouping are planned for pypto 0.2.0's cost model
 # (`_pto_cube_plan`).
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Iterator  # noqa: E402
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
 
-from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, ceil_div,  # noqa: E402
+from dspark_ir.ops.core import Matmul
+
+from .pto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, ceil_div,
                      py_list, round_up, row_block, vec_tile)
+from .registry import template
 
 _PTO_CUBE_CORES = 24            # the modelled chip's cube cores (ASCEND_910B2)
 _PTO_L1_BYTES = 512 * 1024      # L1: the A and B slices of one L1 k step (single-buffered; beyond it pypto spills)
@@ -146,6 +149,7 @@ def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
     return [(int(bounds[i]), int(bounds[i + 1])) for i in range(splits)]
 
 
+@template(Matmul)
 def pypto_matmul(spec: KernelSpec) -> str:
     a, b = spec.operands[:2]
     acc = spec.operands[2] if len(spec.operands) > 2 else None
@@ -201,6 +205,3 @@ def _pto_cols(loop: RowLoop, t, start: int, size: int) -> str:
     r0 = "r0" if loop.looped else "0"
     valid = f", valid_shape=[valid, {size}]" if loop.looped and loop.partial else ""
     return f"pypto.view({t.name}, [{rows}, {size}], [{r0}, {start}]{valid})"
-
-
-PYPTO_TEMPLATES = {"matmul": pypto_matmul}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above op for op.
 # * ffn_norm: the row sum of squares in numpy's pairwise order (kernels.qkv helper), /D, 1/sqrt; xg = x·w;
 #   q8 as goldens.numerics.q8 (true divisions 127/amax and 1/k). Bitwise, except that the CPU calculator's f32
 #   sqrt (torch's) is 1 ulp off the correctly rounded root on ~0.6 % of arguments: inv_rms / x_scale ≤ 2 ulps.
@@ -27,18 +27,22 @@ from __future__ import annotations
 # * Small row blocks run their vector chain as one forced subgraph (sg_set_scope, kernels.qkv's rule): tiny
 #   ffn_norm 45 k → 27 k cycles, route_sort 32 k → 10 k, route_hash 30 k → 18 k, shared_routed 27 k → 10 k;
 #   not the experts' chains (fusing them cost cycles).
-# * PYPTO_TEMPLATES_EP1: dispatch_meta, dispatch_push and combine at one rank (no peer: every route local,
-#   notify/wait no-ops), outside PYPTO_TEMPLATES because at EP > 1 they are cross-rank collectives; the pypto
+# * One-rank forms (`@one_rank_template`): dispatch_meta, dispatch_push and combine at one rank (no peer: every
+#   route local, notify/wait no-ops), not `@template`s because at EP > 1 they are cross-rank collectives; the pypto
 #   executor (lowering.pypto_exec.placement) uses them when the task graph runs on one rank. dispatch_push's
 #   lane slots (a running per-expert count, no loop-carried state in pypto 0.2.0) come from a triangular
 #   prefix-count matmul and per-expert selection matrices — bitwise, lanes no route reaches keep the window.
 # pypto 0.2.0 on CPU: a broadcasting binary op must take the broadcast ([rows, 1] / [1, n]) operand
 # *second*: `mul(col, mat)` is misread by the tensor-graph interpreter (wrong values), `mul(mat, col)` is
 # right (IEEE products commute, so the order costs nothing).
-# Unsupported: see PYPTO_UNSUPPORTED below.
-from ._pypto import (KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block,  # noqa: E402
+# Unsupported at EP > 1: see the `unsupported` declarations at the end.
+from dspark_ir.ops.moe import (Combine, DispatchGather, DispatchMeta, DispatchPush, ExpertRouted, ExpertShared, FfnNorm,
+                               Gate, RouteHash, RouteSort, SharedRouted, XNormQuant)
+
+from .pto import (KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block,
                      vec_tile)
-from .qkv import _PtoBlock, _pto_fusible, _pto_pairwise_sum, _pto_scope, _pto_set_tile  # noqa: E402
+from .qkv import _PtoBlock, _pto_fusible, _pto_pairwise_sum, _pto_scope, _pto_set_tile
+from .registry import one_rank_template, template, unsupported
 
 _PTO_BIG_ID = 1.0e9            # "no expert" in the lowest-id search (above any expert id)
 _PTO_TAKEN = -3.4028234663852886e38  # a chosen expert's biased score (f32 lowest) in route_sort
@@ -62,6 +66,7 @@ def _pto_q8(src: Src, valid, x: str, rows: int, out_i8: str | None, out_scale: s
     src(f"{out_scale} = pypto.div({one}, kq)")
 
 
+@template(FfnNorm)
 def pypto_ffn_norm(spec: KernelSpec) -> str:
     x, w = spec.operands
     xg, inv_rms, x_scale, q_scale = spec.results
@@ -94,6 +99,7 @@ def pypto_ffn_norm(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(XNormQuant)
 def pypto_x_norm_quant(spec: KernelSpec) -> str:
     xg, qs = spec.operands
     out = spec.results[0]
@@ -106,6 +112,7 @@ def pypto_x_norm_quant(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Gate)
 def pypto_gate(spec: KernelSpec) -> str:
     xg, inv, w = spec.operands
     out = spec.results[0]
@@ -153,6 +160,7 @@ def _pto_route_setup(spec: KernelSpec, scores, default_rows: int = 8):
     return src, loop, blk
 
 
+@template(RouteHash)
 def pypto_route_hash(spec: KernelSpec) -> str:
     scores, table, ids = spec.operands
     indices, weights = spec.results
@@ -181,6 +189,7 @@ def pypto_route_hash(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(RouteSort)
 def pypto_route_sort(spec: KernelSpec) -> str:
     scores, bias = spec.operands
     indices, weights = spec.results
@@ -234,6 +243,7 @@ def _pto_swiglu(src: Src, blk_valid, xv: str, xs: str, rw: str | None, w1: str, 
     src(f"{y} = {cast_expr(f'pypto.mul(pypto.mul(pypto.cast(ya, pypto.DT_FP32), rs), {s2})', 'f32', 'bf16')}")
 
 
+@template(ExpertShared)
 def pypto_expert_shared(spec: KernelSpec) -> str:
     x, xs, w1, s1, w3, s3, w2, s2 = spec.operands
     out = spec.results[0]
@@ -258,6 +268,7 @@ def _pto_valid3(rows: str, *rest) -> str:
     return f", valid_shape={py_list(['1', rows] + [str(r) for r in rest])}"
 
 
+@template(ExpertRouted)
 def pypto_expert_routed(spec: KernelSpec) -> str:
     x, xs, xw, count, w1, s1, w3, s3, w2, s2 = spec.operands
     out = spec.results[0]
@@ -318,6 +329,7 @@ def _pto_zero_rows(src: Src, out, start: str, br: int, lead: str = "e") -> None:
         src(f"pypto.assemble(zc, {py_list([lead, 'z0'] + ['0'] * len(rest))}, {out.name})")
 
 
+@template(DispatchGather)
 def pypto_dispatch_gather(spec: KernelSpec) -> str:
     rx, raux, rroute, meta = spec.operands
     ox, oscale, oweight, oroute = spec.results
@@ -355,6 +367,7 @@ def pypto_dispatch_gather(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(SharedRouted)
 def pypto_shared_routed(spec: KernelSpec) -> str:
     sh, routed = spec.operands
     out = spec.results[0]
@@ -383,6 +396,7 @@ def pypto_shared_routed(spec: KernelSpec) -> str:
     return src.text()
 
 
+@one_rank_template(DispatchMeta)
 def pypto_dispatch_meta_ep1(spec: KernelSpec) -> str:
     """EP1 only (recv_meta has one source row): recv_meta[0, e] = recv_count[e] = #routes to expert e.
     Counts are Σ over (t, k) of where(indices == e, 1, 0) (exact in f32); `arrived` is not touched (no peer)."""
@@ -408,6 +422,7 @@ def pypto_dispatch_meta_ep1(spec: KernelSpec) -> str:
     return src.text()
 
 
+@one_rank_template(Combine)
 def pypto_combine_ep1(spec: KernelSpec) -> str:
     """EP1 only: routed_y[recv_route[e, b]] = recv_y[e, b] for b < recv_meta[0, e] (every route row once, so
     the rows are unique); a runtime loop per expert over its rows, the destination row read as a scalar.
@@ -429,6 +444,7 @@ def pypto_combine_ep1(spec: KernelSpec) -> str:
     return src.text()
 
 
+@one_rank_template(DispatchPush)
 def pypto_dispatch_push_ep1(spec: KernelSpec) -> str:
     """EP1 only (every route local, lanes [0, RM) of source 0): route (t, k) → expert e = indices[t, k], lane
     slot = #routes before it (in (t, k) order) to e; recv_x[e, slot] = x_i8[t], recv_aux[e, slot] =
@@ -520,33 +536,19 @@ def pypto_dispatch_push_ep1(spec: KernelSpec) -> str:
     return src.text()
 
 
-# EP1 forms of collectives: at one rank every route is local and the notifies / waits have no peer, so the op is
-# local work. They are not in PYPTO_TEMPLATES (at EP > 1 the ops are cross-rank); the pypto executor uses them when
-# the task graph runs on one rank (the templates assert one source rank).
-PYPTO_TEMPLATES_EP1 = {"moe_dispatch_meta": pypto_dispatch_meta_ep1, "moe_dispatch_push": pypto_dispatch_push_ep1,
-                       "moe_combine": pypto_combine_ep1}
-
 _PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, which "
                    "compile but SIGSEGV in the CPU cost-model simulation and which the host calculator cannot "
                    "interpret (no numbers on CPU); the lowering runs collective tasks on numpy")
-PYPTO_UNSUPPORTED = {
-    "moe_dispatch_meta": "collective: remote_store of this rank's lane counts into row [my_rank] of every "
-                         "destination's recv_meta window, notify `arrived` on every peer, spin-wait for every peer's "
-                         "meta, then the column sums; " + _PTO_CROSS_RANK + ". At EP1 it degenerates to a local "
-                         "histogram of the indices (notify/wait have no peer): PYPTO_TEMPLATES_EP1",
-    "moe_dispatch_push": "collective: one-sided puts of each route's row into its lane on the destination rank, then "
-                         "every SPMD block notifies `data_arrived` on every peer; " + _PTO_CROSS_RANK + ". At EP1 the "
-                         "lane of route (t, k) is a running per-expert count over the routes in (t, k) order, all "
-                         "local (notify has no peer): PYPTO_TEMPLATES_EP1 computes it without loop-carried state "
-                         "(prefix counts by a triangular matmul, lanes filled by selection matmuls)",
-    "moe_combine": "collective: puts every compact expert row back to its origin rank (row t·K + k of that rank's "
-                   "routed_y window), each SPMD block notifying `combine_arrived` on every peer; " + _PTO_CROSS_RANK
-                   + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: PYPTO_TEMPLATES_EP1",
-}
-
-PYPTO_TEMPLATES = {
-    "moe_ffn_norm": pypto_ffn_norm, "moe_x_norm_quant": pypto_x_norm_quant, "moe_gate": pypto_gate,
-    "moe_route_hash": pypto_route_hash, "moe_route_sort": pypto_route_sort,
-    "moe_expert_shared": pypto_expert_shared, "moe_expert_routed": pypto_expert_routed,
-    "moe_dispatch_gather": pypto_dispatch_gather, "moe_shared_routed": pypto_shared_routed,
-}
+unsupported(DispatchMeta, "collective: remote_store of this rank's lane counts into row [my_rank] of every "
+                          "destination's recv_meta window, notify `arrived` on every peer, spin-wait for every peer's "
+                          "meta, then the column sums; " + _PTO_CROSS_RANK + ". At EP1 it degenerates to a local "
+                          "histogram of the indices (notify/wait have no peer): its one-rank template")
+unsupported(DispatchPush, "collective: one-sided puts of each route's row into its lane on the destination rank, then "
+                          "every SPMD block notifies `data_arrived` on every peer; " + _PTO_CROSS_RANK + ". At EP1 the "
+                          "lane of route (t, k) is a running per-expert count over the routes in (t, k) order, all "
+                          "local (notify has no peer): its one-rank template computes it without loop-carried state "
+                          "(prefix counts by a triangular matmul, lanes filled by selection matmuls)")
+unsupported(Combine, "collective: puts every compact expert row back to its origin rank (row t·K + k of that rank's "
+                     "routed_y window), each SPMD block notifying `combine_arrived` on every peer; " + _PTO_CROSS_RANK
+                     + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: its one-rank "
+                     "template")

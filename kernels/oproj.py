@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py); each mirrors the reference above:
+# Source generators for the lowering (see kernels/pto.py); each mirrors the reference above:
 # o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
-from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
+from dspark_ir.ops.oproj import OProjA, OProjB, OProjBDequant, QuantRows
+
+from .pto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,
                       ceil_div, round_up, row_block, vec_tile)
 
-from .matmul import (_pto_block_loop, _pto_col_loop, _pto_cube_plan, _pto_cube_setup, _pto_k_tiles,  # noqa: E402
+from .matmul import (_pto_block_loop, _pto_col_loop, _pto_cube_plan, _pto_cube_setup, _pto_k_tiles,
                      _pto_view)
+from .registry import template
 
 _PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
 
@@ -100,6 +103,7 @@ def _pto_offset(base: int, block: str) -> str:
     return f"{base} + {block}" if base else block
 
 
+@template(OProjA)
 def pypto_o_proj_a(spec: KernelSpec) -> str:
     """One bf16 cube matmul of group g: the parameters reshaped in place to 2-D (no copies), then a loop over
     the output tiles of `_pto_cube_tiles_filled`, one pypto task each (no hub fan-out; the 3-D parameters'
@@ -126,6 +130,7 @@ _PTO_QUANT_ROWS = 256   # rows per loop iteration: one forced subgraph each (fla
 _PTO_QUANT_TILE_BYTES = 64 * 1024   # one f32 vector tile
 
 
+@template(QuantRows)
 def pypto_quant_rows(spec: KernelSpec) -> str:
     """q8 per row, one forced subgraph per block of rows, vector tiles of ≤ 64 KiB f32 (`_pto_quant_block_rows`).
     Rows are independent, so any split into blocks is bitwise."""
@@ -167,6 +172,7 @@ def _pto_quant_block_rows(spec: KernelSpec) -> int:
     return max(1, min(worker, _PTO_QUANT_TILE_BYTES // (4 * x.shape[1])))
 
 
+@template(OProjB)
 def pypto_o_proj_b(spec: KernelSpec) -> str:
     """Exact int8 product of one group's K slice, per row block (the IR's tile), with the matmul template's
     cube plan and column-block loop (`kernels.matmul`): output tiles that share their row block's activations
@@ -194,6 +200,7 @@ _PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
 _PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 
+@template(OProjBDequant)
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
     """acc = Σ_g f32(acc_g)·s_g (groups ascending), then acc·wo_b_scale, rounded to the output dtype. One forced
     subgraph per block of rows, as many blocks as vector cores (each pypto task costs dispatch and ~1.4 k
@@ -226,9 +233,3 @@ def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
         loop.store("y", out)
         src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "o_proj_a": pypto_o_proj_a, "quant_rows": pypto_quant_rows, "o_proj_b": pypto_o_proj_b,
-    "o_proj_b_dequant": pypto_o_proj_b_dequant,
-}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op:
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above op for op:
 # * every row reduction (the mean of the RMSNorms) is emitted in numpy's own float32 order (pairwise sum:
 #   8 strided accumulators per ≤128 block, combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), blocks halved
 #   recursively) and divides by the width like np.mean. pypto.sum would reduce in torch's order, which
@@ -30,7 +30,10 @@ from __future__ import annotations
 # binary op on 64 KiB tiles fills the 192 KiB UB (anything else live spills); a task that many tasks depend
 # on costs the AICPU ~390 cycles per dependent, serially; the `alone µs` of a kernel is its summed task time
 # over its IR blocks, so busy time stalled on copies counts.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
+from dspark_ir.ops.qkv import KvRmsNormRope, QprojDequantRmsNopeRope, QrRmsNormQuant, RopeTables
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile
+from .registry import template
 
 
 def _pto_set_tile(src: Src, shape) -> None:
@@ -403,6 +406,7 @@ def _pto_block_loops(src: Src, t, rows: int):
 _PTO_ROPE_TABLE_ROWS = 32   # tokens per forced subgraph
 
 
+@template(RopeTables)
 def pypto_rope_tables(spec: KernelSpec) -> str:
     """cos_il / sin_signed [T, rd] bf16: the table rows at `positions` (index_select), the first rd/2 columns
     transposed to [rd/2, R], duplicated (cos) or [−s | s] (sin) side by side as [rd/2, 2R], which reshapes to
@@ -457,6 +461,7 @@ def _pto_rms_norm_block(src: Src, x_arg, gamma, r: int, r0, eps: float, out: str
     src(f"{out} = pypto.mul(pypto.mul(x, inv), g)")
 
 
+@template(QrRmsNormQuant)
 def pypto_qr_rms_norm_quant(spec: KernelSpec) -> str:
     """qn = (qa·inv)·gamma in f32, then q8 per row: amax = max(max|qn|, 1e-4), k = 127/amax (true division),
     qr = rint(qn·k) through int32 → fp16 → int8, scale = 1/k. Blocks of whole rows (the row sums:
@@ -693,6 +698,7 @@ def _pto_qproj_token_rows(src: Src, spec: KernelSpec) -> None:
     src(f"pypto.assemble(pypto.reshape(rob, [1, {heads}, {rd}]), [r0, 0, {nope}], {out.name})")
 
 
+@template(QprojDequantRmsNopeRope)
 def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
     """q = (f32(acc)·qr_scale)·wq_b_scale → [H, hd] per token; q·inv_rms per head; RoPE on the last rd dims;
     one bf16 rounding (nope and rope parts assembled separately).
@@ -734,6 +740,7 @@ def pypto_qproj_dequant_rms_nope_rope(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(KvRmsNormRope)
 def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
     """kv = rope((ka·inv)·gamma), one bf16 rounding (nope and rope parts assembled separately). Blocks of whole
     rows as one forced subgraph each: rank-2 math (`_pto_rms_norm_block`; the pair swap by a gather on whole
@@ -766,9 +773,3 @@ def pypto_kv_rms_norm_rope(spec: KernelSpec) -> str:
         src(f"pypto.assemble(ro_, [{r0}, {nope}], {out.name})")
         _pto_scope(src, -1)
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "rope_tables": pypto_rope_tables, "qr_rms_norm_quant": pypto_qr_rms_norm_quant,
-    "qproj_dequant_rms_nope_rope": pypto_qproj_dequant_rms_nope_rope, "kv_rms_norm_rope": pypto_kv_rms_norm_rope,
-}

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above op for op.
 # * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls for q·Kᵀ (key-major K·qᵀ in csa_qk_pv
-#   and hca_raw_attn, kernels/attn_pto.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
+#   and hca_raw_attn, kernels/attention_blocks.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
 #   sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's mask (−1e20) / max / exp / where
 #   order, l in numpy's pairwise order (kernels.qkv helpers).
-# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attn_pto.py
+# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attention_blocks.py
 #   `_PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
 #   sink_normalize order; the only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp
 #   from numpy's on a few % of arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis
@@ -31,19 +31,21 @@ from __future__ import annotations
 #   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import KernelSpec, Src, cast_expr, vec_tile  # noqa: E402
-from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,  # noqa: E402
+from dspark_ir.ops.sparse import CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPlan, HcaCmpQkPv, HcaCmpWorkGather, HcaRawAttn, HcaRawTranspose, HcaStreamMerge, HcaStreamMergePack, HcaStreamPack, KvCacheWriteback, KvTouch, OLocalBridge
+
+from .pto import KernelSpec, Src, cast_expr, vec_tile
+from .attention import pto_scatter_slots
+from .attention_blocks import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,
                        _pto_head_tile, _pto_key_softmax, _pto_key_tile, _pto_row_to_col, _PtoGroupMerge,
                        _PtoWindowAttn)
-from .compressor import _pto_token_table_rows  # noqa: E402
-from .elementwise import pypto_copy  # noqa: E402
-from .oproj import _pto_cube_shapes  # noqa: E402
-from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile  # noqa: E402
+from .compressor import _pto_token_table_rows
+from .elementwise import pypto_copy
+from .oproj import _pto_cube_shapes
+from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile
+from .registry import template
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
 
-PYPTO_UNSUPPORTED: dict[str, str] = {}
 
 
 def _pto_big_tile(shape, itemsize: int = 4) -> list[int]:
@@ -63,6 +65,7 @@ def _pto_iota(src: Src, n: int, name: str, restore) -> None:
 
 
 # ---- cache writeback, WAR marker ----------------------------------------------------------------------------
+@template(KvTouch)
 def pypto_kv_touch(spec: KernelSpec) -> str:
     """The WAR marker as the smallest in-place touch pypto allows: the cache's first row copied onto itself (one
     32-byte-aligned tile, one task). The caller passes the same buffer as kv_cache_in and kv_cache (an in-place
@@ -77,6 +80,7 @@ def pypto_kv_touch(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(KvCacheWriteback)
 def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
     """kv_cache[slot[t]] = kv[t] in token order: a pypto.loop over tokens reads the slot as a runtime scalar and
     assembles the row only `if slot >= 0` (−1 skipped, later tokens win on duplicates, like the reference).
@@ -141,6 +145,7 @@ def _pto_csa_rows(t: dict, a: int, n: int, width: int) -> str:
     return pieces[0] if len(pieces) == 1 else f"pypto.concat([{', '.join(pieces)}], 0)"
 
 
+@template(CsaQkPv)
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
     (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
@@ -220,6 +225,7 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(HcaRawAttn)
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     """The raw-window stream as ONE tile per token (attn_pto `_PtoWindowAttn`, static T), valid where index ≥ 0;
     q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
@@ -353,6 +359,7 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
                 f"{o_out.name})")
 
 
+@template(HcaCmpQkPv)
 def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
     """Per (token, work item) tile partials over the token's request rows (`_pto_cmp_tokens`), in the transposed
     layout sᵀ = K·qᵀ (keys × (token, head)): the softmax reduces over rows, so m and l come out as rows, and
@@ -383,6 +390,7 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
 
 
 # ---- HCA data movement ------------------------------------------------------------------------------------
+@template(HcaRawTranspose)
 def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 32 KiB and at most
     128 × 128 (a transpose holds several tile-sized UB buffers; the flash [128, 128] bf16 tile compiles and
@@ -419,6 +427,7 @@ def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(HcaCmpWorkGather)
 def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     """phys[b, i] = table[b, i // bs]·bs + i % bs (−1 past the table or unmapped): the page of column i is static,
     so each page is one table column broadcast over its bs columns plus an iota. The whole table's part (phys,
@@ -545,23 +554,28 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
     return src.text()
 
 
+@template(CsaMergeNorm)
 def pypto_csa_merge_norm(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=True, merge=True, pack=True)
 
 
+@template(HcaStreamMerge)
 def pypto_hca_stream_merge(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=False)
 
 
+@template(HcaStreamMergePack)
 def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True)
 
 
+@template(HcaStreamPack)
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------
+@template(CsaSlotsBuildValidQkPlan)
 def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     """The CSA plan on whole [T, ·] tensors (static T: qk_order sorts the items of all tokens at once).
     keep ⇔ raw ≥ 0 ∧ (raw+1)·r ≤ pos+1 (≡ raw < (pos+1)//r in integers); page = trunc((raw + ½)/bs), rem =
@@ -624,18 +638,4 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"pypto.assemble(pypto.reshape(idx, [{n_items}]), [0], {order_out.name})")
     return src.text()
 
-
-PYPTO_TEMPLATES = {
-    "kv_touch": pypto_kv_touch, "o_local_bridge": pypto_copy,
-    "kv_cache_writeback": pypto_kv_cache_writeback,
-    "csa_slots_build_valid_qk_plan": pypto_csa_slots_build_valid_qk_plan,
-    "csa_qk_pv": pypto_csa_qk_pv,
-    "csa_merge_norm": pypto_csa_merge_norm,
-    "hca_raw_transpose": pypto_hca_raw_transpose,
-    "hca_raw_attn": pypto_hca_raw_attn,
-    "hca_cmp_work_gather": pypto_hca_cmp_work_gather,
-    "hca_cmp_qk_pv": pypto_hca_cmp_qk_pv,
-    "hca_stream_merge": pypto_hca_stream_merge,
-    "hca_stream_pack": pypto_hca_stream_pack,
-    "hca_stream_merge_pack": pypto_hca_stream_merge_pack,
-}
+template(OLocalBridge)(pypto_copy)

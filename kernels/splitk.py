@@ -4,16 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py).
+# Source generators for the lowering (see kernels/pto.py).
 # * matmul_partials: per row block, one cube matmul per contiguous K slice (the np.linspace cut of the
 #   reference), each f32 product assembled into its own row block s·M + m of the partials buffer. The
 #   cube sums a slice in its own order, so the partials equal the reference bit for bit only where every
 #   sum is exact (otherwise to f32 summation-order rounding).
 # * split_reduce: the op is hc_pre_linear_reduce under another name (same attributes, same reference), so
 #   it reuses that template: the k_split row blocks added in ascending split order, bitwise.
-from ._pypto import KernelSpec, RowLoop, Src, py_list, vec_tile  # noqa: E402
-from .hc import pypto_hc_pre_linear_reduce  # noqa: E402
-from .matmul import _pto_cube_plan, _pto_cube_setup  # noqa: E402
+from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
+
+from .pto import KernelSpec, RowLoop, Src, py_list, vec_tile
+from .hc import pypto_hc_pre_linear_reduce
+from .matmul import _pto_cube_plan, _pto_cube_setup
+from .registry import template
 
 
 def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
@@ -21,6 +24,7 @@ def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
     return [(int(bounds[i]), int(bounds[i + 1])) for i in range(splits)]
 
 
+@template(MatmulPartials)
 def pypto_matmul_partials(spec: KernelSpec) -> str:
     a, b = spec.operands
     out = spec.results[0]
@@ -56,5 +60,4 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
             src(f"pypto.assemble(p{s}, [{row}, 0], {out.name})")
     return src.text()
 
-
-PYPTO_TEMPLATES = {"matmul_partials": pypto_matmul_partials, "split_reduce": pypto_hc_pre_linear_reduce}
+template(SplitReduce)(pypto_hc_pre_linear_reduce)

@@ -156,7 +156,7 @@ def _pypto_version() -> str:
 
 def kernel_source(task: Task) -> str | None:
     """The task's pypto module with its function renamed `kernel` (None without a template)."""
-    from kernels._pypto import module_prelude
+    from kernels.pto import module_prelude
     from lowering.codegen import RUNTIME_SYMBOLS, kernel_body
 
     body = kernel_body(task, RUNTIME_SYMBOLS)

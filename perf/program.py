@@ -39,7 +39,7 @@ class Program:
 def layer_program(tg: TaskGraph) -> Program:
     from lowering.codegen import RUNTIME_SYMBOLS, _dynamic, inout_input_name, kernel_body
 
-    from kernels._pypto import PTO_DTYPES, module_prelude
+    from kernels.pto import PTO_DTYPES, module_prelude
 
     version: dict[str, int] = {}          # buffer -> current version
     params: dict[str, tuple] = {}         # tensor param -> (shape, dtype, is_input)

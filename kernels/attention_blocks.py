@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from ._pypto import Src, cast_expr
+from .pto import Src, cast_expr
 from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile, _pto_swap_index
 
 _PTO_NEG = -1.0e20   # NEG_INF_ATTN
