@@ -13,9 +13,9 @@ import numpy as np
 #   it reuses that template: the k_split row blocks added in ascending split order, bitwise.
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 
-from .pto import KernelSpec, RowLoop, Src, py_list, vec_tile
+from .cube import pto_cube_plan, pto_cube_setup
 from .hc import pypto_hc_pre_linear_reduce
-from .matmul import _pto_cube_plan, _pto_cube_setup
+from .pto import KernelSpec, RowLoop, Src, py_list, vec_tile
 from .registry import template
 
 
@@ -34,7 +34,7 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     splits = _pto_split_bounds(k, int(spec.attrs.get("k_split", 1)))
     src = Src(spec.signature())
     # one block of up to 64 rows per loop iteration (fewer task chains than the IR's SPMD m-tile; the cube
-    # tiles and task grouping inside the block: `_pto_cube_plan`)
+    # tiles and task grouping inside the block: `pto_cube_plan`)
     loop = RowLoop(src, a, 64 if (a.is_dynamic(0) or m > 128) else m)
     br = loop.shape(a)[0]
     rows = f"{a.name}.shape[0]" if a.is_dynamic(0) else str(m)
@@ -42,9 +42,9 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     valid = loop.looped and loop.partial
     trans = ", b_trans=True" if trans_b else ""
     k_tile = max(hi - lo for lo, hi in splits)
-    plan = _pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
+    plan = pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
     with loop.loop():
-        _pto_cube_setup(src, plan)
+        pto_cube_setup(src, plan)
         for s, (lo, hi) in enumerate(splits):
             if (lo, hi) == (0, k):
                 a_part, b_part = loop.view(a), b.name

@@ -6,12 +6,12 @@ from __future__ import annotations
 # where visible[t] ≤ k, else the fallback row (i32 → f32 → i32 exact for |index| < 2^24).
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 
+from .indexer import pto_bounded_topk
 from .pto import KernelSpec
-from .indexer import _pto_bounded
 from .registry import template
 
 
 @template(IdxTopkSelect)
 def pypto_idx_topk_select(spec: KernelSpec) -> str:
     fallback, pos, kv_len = spec.operands
-    return _pto_bounded(spec, pos, kv_len, spec.results[0], fallback)
+    return pto_bounded_topk(spec, pos, kv_len, spec.results[0], fallback)
