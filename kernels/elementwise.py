@@ -4,10 +4,11 @@ from __future__ import annotations
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/pto.py). The numpy references above define the
 # numbers; each template mirrors its reference's op order and rounding points.
-from dspark_ir.ops.core import Add, Cast, Concat, Mul, Reshape, Zeros
+from dspark_ir.ops.core import Add, Cast, Concat, Mul, Reshape, Slice, Zeros
 
-from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .pto import BLOCK_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
 from .registry import template
+from .vector import pto_align
 
 _pto_BINARY = {"add": "pypto.add", "mul": "pypto.mul"}
 
@@ -94,6 +95,24 @@ def pypto_concat(spec: KernelSpec) -> str:
         src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile(x.shape, x.itemsize)))})")
         src(f"pypto.assemble(pypto.clone({x.name}), {py_list(offsets)}, {out.name})")
         offset += x.shape[axis]
+    return src.text()
+
+
+@template(Slice)
+def pypto_slice(spec: KernelSpec) -> str:
+    """slice as a copy task: the operand's view at `start` along `axis`, assembled whole into the result (bitwise).
+    The lowering makes a slice a strided view of its operand (no task); this is its form as a kernel of its own,
+    for a view rule that declines."""
+    spec = spec.static()
+    x, out = spec.operands[0], spec.results[0]
+    offsets = [0] * out.rank
+    offsets[int(spec.attrs["axis"])] = int(spec.attrs["start"])
+    tile = vec_tile(out.shape, out.itemsize)
+    tile[-1] = pto_align(tile[-1], BLOCK_BYTES // out.itemsize)   # a narrow slice's tile still spans 32-byte blocks
+    src = Src(spec.signature())
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
+    src(f"y = pypto.view({x.name}, {py_list(out.shape)}, {py_list(offsets)})")
+    src(f"pypto.assemble(pypto.clone(y), {py_list([0] * out.rank)}, {out.name})")
     return src.text()
 
 
