@@ -1,9 +1,10 @@
 """Task → pypto 0.2.0 kernel source, through the kernel families' templates.
 
 A template `fn(KernelSpec) -> str` is registered against its op definition in `kernels.registry` (by the
-family modules `kernels/<family>.py`: `@template(RmsNorm)`, see kernels/README.md). The function name is the task's kernel stem; tensor parameters
-are the op's operand and result names. A dim is `pypto.DYNAMIC` when its IR extent mentions a runtime
-symbol (the token count `T` by default): the template then loops over it with `pypto.loop`.
+family modules `kernels/<family>.py`: `@template(RmsNorm)`, see kernels/README.md). The function name is the
+task's kernel stem; tensor parameters are the op's operand and result names. A dim is `pypto.DYNAMIC` when
+its IR extent mentions a runtime symbol (the token count `T` by default): the template then loops over it
+with `pypto.loop`.
 
 A model's layers repeat the same kernels under other names, so `kernel_body` generates each distinct kernel
 (the spec but its name) once per task graph and renames it for the others: a template uses `spec.name` as

@@ -71,7 +71,7 @@ def test_lookups_are_keyed_by_the_op_definition():
 
 
 def test_registering_a_template_twice_fails_with_both_places():
-    with pytest.raises(RegistryError, match=r"template for op 'rmsnorm' registered twice: kernels\.norm\.pypto_rmsnorm"):
+    with pytest.raises(RegistryError, match=r"'rmsnorm' registered twice: kernels\.norm\.pypto_rmsnorm and "):
         registry.template(RmsNorm)(lambda spec: "")
     assert registry.template_for(RmsNorm).__name__ == "pypto_rmsnorm"
 
