@@ -1,8 +1,8 @@
 """Vector-side building blocks of the pypto 0.2.0 templates, shared by the kernel families.
 
 Each helper emits pypto source into a `Src` (kernels/pto.py). A helper that defines a variable of the generated
-code for its caller takes that variable's name as an argument (`out`, `name`) or returns it; the few fixed
-temporaries a helper writes are named in its docstring.
+code for its caller takes that variable's name as an argument (`out`, `name`) or returns it; the other names it
+writes (`sq`, `inv`, ...) are its own temporaries, which a caller must not rely on.
 
 * Tiles and scopes: `pto_set_tile`, `pto_tile` (set and return a vec tile), `pto_scope` / `pto_fusible` (forced
   subgraphs), `pto_divisor`, `pto_align`.
