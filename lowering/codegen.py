@@ -1,9 +1,10 @@
 """Task → pypto 0.2.0 kernel source, through the kernel families' templates.
 
-A family module `kernels/<family>.py` registers `PYPTO_TEMPLATES = {op: fn(KernelSpec) -> str}` in its
-`# ---- pypto 0.2.0 template` section. The function name is the task's kernel stem; tensor parameters
-are the op's operand and result names. A dim is `pypto.DYNAMIC` when its IR extent mentions a runtime
-symbol (the token count `T` by default): the template then loops over it with `pypto.loop`.
+A template `fn(KernelSpec) -> str` is registered against its op definition in `kernels.registry` (by the
+family modules `kernels/<family>.py`: `@template(RmsNorm)`, see kernels/README.md). The function name is the
+task's kernel stem; tensor parameters are the op's operand and result names. A dim is `pypto.DYNAMIC` when
+its IR extent mentions a runtime symbol (the token count `T` by default): the template then loops over it
+with `pypto.loop`.
 
 `generate(task, template, name=...)` is the one kernel generator: the kernel files (`kernel_module`, and the
 compile driver through `kernel_file`), the perf cost cache (the kernel under the name `kernel`) and the
@@ -18,13 +19,13 @@ the first one.
 """
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from kernels._pypto import KernelSpec, TensorArg, module_prelude
+from dspark_ir.ops import OP_REGISTRY, OpDef, load_all
+from kernels import registry
+from kernels.pto import KernelSpec, TensorArg, module_prelude
 
 from .errors import LoweringError
 from .taskgraph import Arg, Task, TaskGraph
@@ -35,22 +36,20 @@ _PROBE = "dspark_kernel_name_probe"     # a name no template writes on its own
 
 
 def find_template(task: Task, ranks: int = 0) -> Template | None:
-    """The op's pypto template, or None (no family module, or no template for the op yet). At one rank
-    (`ranks` == 1) an op without a template may have a one-rank form (`PYPTO_TEMPLATES_EP1`: a collective
-    whose every peer is itself, e.g. MoE dispatch/combine at EP1)."""
+    """The op's pypto template, or None (no template for the op yet). At one rank (`ranks` == 1) an op
+    without a template may have a one-rank form (`@one_rank_template`: a collective whose every peer is
+    itself, e.g. MoE dispatch/combine at EP1)."""
     if task.is_dummy or not task.family:
         return None
-    name = f"kernels.{task.family}"
-    module = sys.modules.get(name)
-    if module is None:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            return None
-    found = (getattr(module, "PYPTO_TEMPLATES", None) or {}).get(task.op)
-    if found is None and ranks == 1:
-        found = (getattr(module, "PYPTO_TEMPLATES_EP1", None) or {}).get(task.op)
-    return found
+    opdef = op_definition(task.op)
+    return registry.template_for(opdef, ranks) if opdef is not None else None
+
+
+def op_definition(op: str) -> type[OpDef] | None:
+    """The registered definition of op kind `op` (None for a name no op module declares)."""
+    if op not in OP_REGISTRY:
+        load_all()
+    return OP_REGISTRY.get(op)
 
 
 def _dynamic(arg: Arg, runtime: Iterable[str]) -> tuple[bool, ...]:
@@ -228,7 +227,7 @@ def reproduce_line(command: str, comment: str) -> str:
 
 
 def template_coverage() -> dict[str, bool]:
-    """Every registered op kind that lowers to a kernel → whether its family has a pypto template."""
+    """Every registered op kind that lowers to a kernel → whether it has a pypto template."""
     from dspark_ir.ops import OP_REGISTRY, load_all
 
     from .build import lowers_to_kernel
@@ -238,9 +237,5 @@ def template_coverage() -> dict[str, bool]:
     for name, opdef in sorted(OP_REGISTRY.items()):
         if not lowers_to_kernel(opdef):
             continue
-        try:
-            module = importlib.import_module(f"kernels.{opdef.family}") if opdef.family else None
-        except ImportError:
-            module = None
-        out[name] = name in (getattr(module, "PYPTO_TEMPLATES", None) or {})
+        out[name] = registry.template_for(opdef) is not None
     return out

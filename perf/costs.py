@@ -156,7 +156,7 @@ def _pypto_version() -> str:
 def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
     """The task's pypto module with its function named `kernel` (None without a template): the text the cache
     key hashes. `tg`: the task's graph, whose resolved templates are used (lowering.codegen.template_of)."""
-    from kernels._pypto import module_prelude
+    from kernels.pto import module_prelude
     from lowering.codegen import RUNTIME_SYMBOLS, find_template, generate, template_of
 
     template = find_template(task) if tg is None else template_of(task, tg)

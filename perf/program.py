@@ -38,7 +38,7 @@ class Program:
 
 
 def layer_program(tg: TaskGraph) -> Program:
-    from kernels._pypto import PTO_DTYPES, module_prelude
+    from kernels.pto import PTO_DTYPES, module_prelude
     from lowering.codegen import RUNTIME_SYMBOLS, inline_kernel, inout_input_name, runtime_leading, template_of
 
     version: dict[str, int] = {}          # buffer -> current version

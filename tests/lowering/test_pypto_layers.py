@@ -1,7 +1,7 @@
 """Whole layers through the pypto executor (every kernel with a pypto form in pypto 0.2.0 on CPU), compared
 with the independent golden: the four layers at the tiny config, TP1, each as built (no passes) and after the
 default pipeline. moe runs at EP1, where dispatch_meta, dispatch_push and combine have one-rank pypto forms
-(kernels.moe.PYPTO_TEMPLATES_EP1).
+(`@one_rank_template` in kernels/moe.py).
 
 At one rank only moe's signal waits stay off pypto (no peer: no-ops); every other kernel task runs in pypto.
 Every pypto task's pass-verify rows (tensor graph vs the numpy reference's outputs, and the default checked

@@ -3,8 +3,8 @@
 A template is `fn(spec: KernelSpec) -> str`: it returns the source of one *plain* Python function
 (no decorator; the harness `kernels.pypto_rt` applies `pypto.frontend.jit` for its mode) whose tensor
 parameters are annotated `pypto.Tensor(shape, dtype)`; inputs are read, outputs and in-place buffers
-are written in place (`pypto.assemble`, `out[:] = ...`). Family modules register their templates in a
-`PYPTO_TEMPLATES = {op_name: fn}` dict in their `# ---- pypto 0.2.0 template` section.
+are written in place (`pypto.assemble`, `out[:] = ...`). Family modules register their templates against the
+op definitions with `kernels.registry.template` (see kernels/README.md).
 
 Only idioms verified on pypto 0.2.0 (see the project notes on pypto ops) are emitted: explicit vec/cube
 tile shapes before every op group, `pypto.loop` + `pypto.view(..., valid_shape=...)` + single-form
