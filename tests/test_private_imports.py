@@ -3,7 +3,7 @@
 A private name is one with a leading underscore that is not a dunder. Flagged, for every import that resolves to
 one of our packages:
 * `from m import _name` (a private function, class, constant or submodule of another module);
-* a private module (`kernels._pypto`) imported from outside the package that holds it. Inside that package it is
+* a private module (`kernels.pto`) imported from outside the package that holds it. Inside that package it is
   the package's own building block (`from ._pypto import tile` in kernels/qkv.py is fine).
 Third-party privates are out of scope (kernels/pypto_rt patches pypto's on purpose). ruff's PLC2701 is the same
 rule but, in preview only, and it ignores imports within one top-level package, which is where most would be.

@@ -25,7 +25,7 @@ def test_kernel_source_renames_the_entry(tg):
 def test_kernel_source_is_the_generator_s_kernel_named_kernel(tg):
     """The hashed text: the prelude and the task's function as lowering.codegen.generate writes it under the name
     `kernel`, with the task graph's resolved template or a fresh look-up alike."""
-    from kernels._pypto import module_prelude
+    from kernels.pto import module_prelude
     from lowering.codegen import generate, template_of
 
     for t in tg.kernels:
