@@ -1,6 +1,7 @@
 """Write a lowered task graph: DIR/kernels/*.py, DIR/orchestrate.py, DIR/tasks.json, DIR/tasks.dot.
 
-Every file is written atomically inside DIR (dspark_ir.fsutil.OutputDir) and starts with a header that
+DIR is produced whole: written into a hidden sibling and swapped in (dspark_ir.fsutil.AtomicOutputDir), so
+an interrupted run leaves the previous DIR or the new one. Every file starts with a header that
 says where it came from and the command that reproduces it. `orchestrate.py` submits the tasks in
 submission order, each with `deps=[...]`; run it with `python DIR/orchestrate.py --backend numpy|shuffled|pypto`.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dspark_ir import __version__
-from dspark_ir.fsutil import OutputDir
+from dspark_ir.fsutil import OutputDir, write_tree
 
 from .codegen import RUNTIME_SYMBOLS, find_template, kernel_module
 from .lint import LintReport, lint
@@ -24,7 +25,6 @@ CORE_COLORS = {"cube": "#cfe2ff", "vector": "#d1e7dd", "mix": "#fff3cd", "none":
 def emit(tg: TaskGraph, out_dir: str | Path | OutputDir, *, command: str = "", report: LintReport | None = None,
          extra: Mapping[str, Any] | None = None, runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS) -> list[Path]:
     """Write the four artefacts; returns the written paths."""
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir(out_dir)
     runtime_symbols = tuple(runtime_symbols)
     report = report if report is not None else lint(tg)
     for t in tg.tasks:
@@ -33,9 +33,7 @@ def emit(tg: TaskGraph, out_dir: str | Path | OutputDir, *, command: str = "", r
     files.append(("orchestrate.py", orchestrate_source(tg, command)))
     files.append(("tasks.json", tasks_json(tg, command, report, extra, runtime_symbols)))
     files.append(("tasks.dot", tasks_dot(tg, command)))
-    for relative, _ in files:          # refuse an unsafe path before anything is written: no partial output
-        out.path(relative)
-    return [out.write_text(relative, text) for relative, text in files]
+    return write_tree(out_dir, files)   # a path: the directory is replaced whole, atomically
 
 
 def tasks_json(tg: TaskGraph, command: str = "", report: LintReport | None = None,

@@ -1,6 +1,6 @@
 """Compile a layer end to end: the default pass pipeline (with review dumps), then the lowering.
 
-Writes into DIR (atomically, nothing outside it):
+Writes DIR as a whole (built beside it and swapped in; nothing outside it):
   DIR/dumps/      00_input.dsir, NN_<pass>.dsir per pass application, index.html (side-by-side diffs)
   DIR/opt.dsir    the optimized graph
   DIR/lowered/    kernels/*.py (generated pypto source), orchestrate.py, tasks.json, tasks.dot
@@ -14,7 +14,7 @@ import json
 import shlex
 
 from dspark_ir import print_graph, verify
-from dspark_ir.fsutil import OutputDir
+from dspark_ir.fsutil import AtomicOutputDir
 
 from ..common import add_target_arguments, load_graph
 
@@ -53,11 +53,15 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    with AtomicOutputDir(args.output) as out:     # DIR is swapped in whole at the end; a failure leaves nothing
+        return _compile(args, out)
+
+
+def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     from lowering import LoweringError, build_task_graph, lint
     from lowering.emit import emit
     from passes import PassContext, run_pipeline
 
-    out = OutputDir(args.output)
     g = load_graph(args)
     verify(g)
     numerics = args.check_numerics
