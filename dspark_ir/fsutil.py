@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -261,13 +262,16 @@ def _exchange(a: Path, b: Path) -> None:
 
 
 def _test_step() -> None:
-    """Test hook: with $DSPARK_TEST_KILL_AFTER=N, the Nth output step (a file written, the swap) kills us."""
+    """Test hook: with $DSPARK_TEST_KILL_AFTER=N, the Nth output step (a file written, the swap) kills us;
+    with =count, each step is counted on stderr."""
     limit = os.environ.get(KILL_AFTER)
     if not limit:
         return
     global _steps
     _steps += 1
-    if _steps >= int(limit):
+    if limit == "count":
+        print(f"{KILL_AFTER}: step {_steps}", file=sys.stderr)
+    elif _steps >= int(limit):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
