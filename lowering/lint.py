@@ -14,8 +14,9 @@ Across ranks (a task graph of more than one rank), where the regions alone canno
   local path only orders the read after this rank's instance of the writer.
 * unanchored-wait (warning): a waiter is not ordered after its own rank's notifier by anything but the signal
   window (which TensorMap does not track): spinning, it can hold the cores that notifier still needs.
-Warnings that do not fail the lint: redundant edges, duplicate dep entries, and edges that order nothing (no
-hazard between the two tasks and no declared ordering).
+Warnings that do not fail the lint: redundant edges, duplicate dep entries, edges that order nothing (no
+hazard between the two tasks and no declared ordering), and order-dependent accumulations (atomic split tasks:
+their bits depend on the order the splits land in, splitk.py).
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from .hazards import Hazard, ancestors, find_hazards
+from .splitk import order_dependent, split_count
 from .taskgraph import Task, TaskGraph
 
 
-WARNINGS = ("redundant", "duplicate", "orders-nothing", "unanchored-wait")
+WARNINGS = ("redundant", "duplicate", "orders-nothing", "unanchored-wait", "order-dependent")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,8 @@ class LintReport:
     def summary(self) -> str:
         extra = [f"{n} {what}" for kind, what in (("duplicate", "duplicate dep entries"),
                                                   ("orders-nothing", "edges that order nothing"),
-                                                  ("unanchored-wait", "unanchored waits"))
+                                                  ("unanchored-wait", "unanchored waits"),
+                                                  ("order-dependent", "order-dependent accumulations"))
                  if (n := self.count(kind))]
         return (f"{self.hazards} hazards, {self.edges} edges: {len(self.races)} races, "
                 f"{len(self.errors) - len(self.races)} other errors, {len(self.redundant)} redundant edges"
@@ -131,6 +134,9 @@ def lint(tg: TaskGraph | Sequence[Task], deps: Mapping[int, Sequence[int]] | Non
                 report.issues.append(LintIssue(
                     "orders-nothing", d, j, f"edge {d} -> {j} ({tasks[d].name} -> {tasks[j].name}) orders nothing: "
                     "no hazard between the two tasks and no declared ordering"))
+    for t in order_dependent(tasks):
+        report.issues.append(LintIssue("order-dependent", t.id, t.id, f"{t.label()} accumulates "
+                                       f"{split_count(t)} splits atomically: not bitwise across schedules"))
     if isinstance(tg, TaskGraph) and tg.ranks > 1:
         report.issues += _cross_rank(tasks, hazards, anc)
     return report

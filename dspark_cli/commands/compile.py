@@ -95,6 +95,8 @@ def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
 
 
 def _summary(args, g, result, tg, report, numerics: bool) -> dict:
+    from lowering.splitk import determinism
+
     cycles = [t.cycles for t in tg.kernels if getattr(t, "cycles", None)]
     return {
         "command": command_line(args),
@@ -107,7 +109,7 @@ def _summary(args, g, result, tg, report, numerics: bool) -> dict:
         "passes_changed": sum(1 for r in result.runs if r.status == "changed"),
         "tasks": len(tg), "kernels": len(tg.kernels), "templated": sum(1 for t in tg.kernels if t.template),
         "untemplated_ops": sorted({t.op for t in tg.kernels if not t.template}),
-        "deps": sum(len(t.deps) for t in tg.tasks), "lint": report.summary(),
+        "deps": sum(len(t.deps) for t in tg.tasks), "lint": report.summary(), "determinism": determinism(tg.tasks),
         "cycles_sum": sum(cycles) if cycles else None,
     }
 
@@ -126,6 +128,7 @@ def _markdown(s: dict) -> str:
               f"- tasks: {s['tasks']} ({s['kernels']} kernels, {s['templated']} with pypto 0.2.0 templates), "
               f"{s['deps']} explicit deps",
               f"- dependency lint: {s['lint']}",
+              f"- determinism: {s['determinism']}",
               f"- op kinds still without a pypto template: {', '.join(s['untemplated_ops']) or 'none'}"]
     if s["cycles_sum"] is not None:
         lines.append(f"- pypto cost-model cycles, serial sum over kernels: {s['cycles_sum']}")

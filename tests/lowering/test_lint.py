@@ -159,3 +159,11 @@ def test_a_wait_not_ordered_after_its_own_notifier_is_an_unanchored_wait():
 def test_the_before_form_moe_has_both_unanchored_waits():
     report = lint(build_task_graph(_layer("moe", "tiny", 2)))
     assert report.count("unanchored-wait") == 2 and report.ok
+
+
+def test_atomic_split_accumulations_are_order_dependent_warnings():
+    tg = build_task_graph(_layer("decode-swa"))
+    report = lint(tg)
+    names = [tg.tasks[i.first].name for i in report.issues if i.kind == "order-dependent"]
+    assert report.ok and names == ["hc.hc_pre_linear", "qkv.qr_proj_matmul", "qkv.kv_proj_matmul"]
+    assert "3 order-dependent accumulations" in report.summary()
