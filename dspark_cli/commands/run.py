@@ -2,7 +2,7 @@
 
 Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance (dspark_ir/layers/tolerances.py; at
 TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every output is within tolerance,
-1 otherwise. Then a determinism line: bitwise across schedules, or not, naming every order-dependent accumulation
+1 otherwise. Before that verdict, a determinism line: bitwise across schedules, or not, naming every order-dependent accumulation
 left in the task graph (atomic split-K); `--backend shuffled` also reruns 3 more shuffled schedules and says
 "not bitwise across schedules" when their bits differ.
 The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
@@ -73,11 +73,11 @@ def run(args: argparse.Namespace) -> int:
     for c in comparisons:
         verdict = "ok (bitwise)" if c.bitwise else "ok" if c.ok else f"FAIL: {c.detail}"
         print(f"  {c.name:<14} {c.max_abs:>10.3g}  {c.max_rel:>10.3g}  {c.tolerance.describe():<46} {verdict}")
+    _determinism(g, inputs, result if args.backend == "shuffled" else None)
     failed = sum(not c.ok for c in comparisons)
     ranks = f" (all {a.get('ranks')} ranks)" if int(a.get("ranks", 1)) > 1 else ""
     print(f"{'ok' if not failed else 'FAIL'}: {len(comparisons) - failed}/{len(comparisons)} outputs within "
           f"tolerance{ranks}")
-    _determinism(g, inputs, result if args.backend == "shuffled" else None)
     return 0 if not failed else 1
 
 
