@@ -122,9 +122,8 @@ def cli(cwd: Path, *argv: str, kill_after: int | str | None = None) -> subproces
 
 
 def kill_points(steps: int) -> list[int]:
-    """10 kill points from the first output step to the last (the swap)."""
-    return sorted({max(1, round(1 + i * (steps - 1) / 9)) for i in range(10)} | {steps - 1, steps})[-10:] \
-        if steps >= 10 else list(range(1, steps + 1))
+    """10 kill points: 8 spread from the first output step on, then the swap and the step after it."""
+    return sorted({round(1 + i * (steps - 3) / 7) for i in range(8)} | {steps - 1, steps})
 
 
 @pytest.mark.parametrize("command, previous, new", [
