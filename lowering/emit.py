@@ -1,6 +1,7 @@
 """Write a lowered task graph: DIR/kernels/*.py, DIR/orchestrate.py, DIR/tasks.json, DIR/tasks.dot.
 
-Every file is written atomically inside DIR (dspark_ir.fsutil.OutputDir) and starts with a header that
+DIR is produced whole: written into a hidden sibling and swapped in (dspark_ir.fsutil.AtomicOutputDir), so
+an interrupted run leaves the previous DIR or the new one. Every file starts with a header that
 says where it came from and the command that reproduces it. `orchestrate.py` submits the tasks in
 submission order, each with `deps=[...]`; run it with `python DIR/orchestrate.py --backend numpy|shuffled|pypto`.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from dspark_ir import __version__
-from dspark_ir.fsutil import OutputDir
+from dspark_ir.fsutil import OutputDir, write_tree
 
 from .codegen import RUNTIME_SYMBOLS, reproduce_line
 from .lint import LintReport, lint
@@ -33,16 +34,13 @@ def emit(compiled: "Compiled | TaskGraph", out_dir: str | Path | OutputDir, *, c
     `runtime_symbols`, which are a Compiled's own otherwise)."""
     from .driver import Compiled, compile_task_graph
 
-    out = out_dir if isinstance(out_dir, OutputDir) else OutputDir(out_dir)
     if not isinstance(compiled, Compiled):
         compiled = compile_task_graph(compiled, lint_report=report, runtime_symbols=runtime_symbols, command=command)
     tg = compiled.tg
     files = list(compiled.sources.items())
     files.append(("tasks.json", tasks_json(tg, compiled.command, compiled.lint, extra, compiled.runtime_symbols)))
     files.append(("tasks.dot", tasks_dot(tg, compiled.command)))
-    for relative, _ in files:          # refuse an unsafe path before anything is written: no partial output
-        out.path(relative)
-    return [out.write_text(relative, text) for relative, text in files]
+    return write_tree(out_dir, files)   # a path: the directory is replaced whole, atomically
 
 
 def tasks_json(tg: TaskGraph, command: str = "", report: LintReport | None = None,

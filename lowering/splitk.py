@@ -5,12 +5,15 @@ accumulator. On hardware the order is the blocks' completion order; the op's num
 as `split_order` (default ascending, the reference order). The `shuffled` executor passes a random
 permutation per seed, so an order-dependent fp32 reduction shows up as differing bits. `ordered`
 reductions write disjoint partials that a separate task sums in ascending order: nothing to vary.
+
+`order_dependent` names the atomic split tasks left in a task graph: the one answer the lint (an
+`order-dependent` warning), `dspark run` and the compile report give to "is this bitwise across schedules?".
 """
 from __future__ import annotations
 
 import inspect
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -38,3 +41,18 @@ def random_split_order(task: Task, rng: np.random.Generator) -> Sequence[int] | 
     if not is_atomic_split(task):
         return None
     return [int(i) for i in rng.permutation(split_count(task))]
+
+
+def order_dependent(tasks: Iterable[Task]) -> list[Task]:
+    """The tasks whose result depends on the order their splits land in (atomic split accumulation)."""
+    return [t for t in tasks if is_atomic_split(t)]
+
+
+def determinism(tasks: Iterable[Task]) -> str:
+    """One line: bitwise across schedules, or not, naming every order-dependent accumulation."""
+    found = order_dependent(tasks)
+    if not found:
+        return "bitwise across schedules (no order-dependent accumulation)"
+    names = ", ".join(f"'{t.name}' (accumulate = atomic, k_split = {split_count(t)})" for t in found)
+    return (f"not bitwise across schedules: {len(found)} order-dependent accumulation{'s' if len(found) > 1 else ''}"
+            f" ({names}); deterministic-split-k{{targets=all}} orders them")

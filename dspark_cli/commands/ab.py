@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from dspark_ir.fsutil import OutputDir
+from dspark_ir.fsutil import AtomicOutputDir
 
 from ..common import CommandLine, UsageError
 
@@ -94,6 +95,11 @@ def _progress(total: int, disabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    with AtomicOutputDir(args.output) as out:     # DIR is swapped in whole at the end; a failure leaves nothing
+        return _ab(args, out)
+
+
+def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     from perf.ab import optimisation_passes, run_ab, variants
     from perf.costs import PyptoCosts, RooflineCosts
     from perf.schedule import ScheduleParams
@@ -113,7 +119,6 @@ def run(args: argparse.Namespace) -> int:
         if not globs:
             raise UsageError("--stage: give at least one task-name glob, e.g. 'hca.hca_*'")
         stage = ("--stage " + ",".join(globs), globs)
-    out = OutputDir(args.output)
     cases = _cases(args)
     vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
     source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
@@ -151,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         written += report.plots(out.root)
     _print_summary(report)
-    print(f"wrote {', '.join(str(w) for w in written[:3])}{' …' if len(written) > 3 else ''} ({len(written)} files)")
+    shown = [str(out.shown / Path(w).relative_to(out.root)) for w in written[:3]]     # the paths after the swap
+    print(f"wrote {', '.join(shown)}{' …' if len(written) > 3 else ''} ({len(written)} files)")
     return 0
 
 

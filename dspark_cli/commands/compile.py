@@ -1,6 +1,6 @@
 """Compile a layer end to end: the default pass pipeline (with review dumps), then the lowering.
 
-Writes into DIR (atomically, nothing outside it):
+Writes DIR as a whole (built beside it and swapped in; nothing outside it):
   DIR/dumps/      00_input.dsir, NN_<pass>.dsir per pass application, index.html (side-by-side diffs)
   DIR/opt.dsir    the optimized graph
   DIR/lowered/    kernels/*.py (generated pypto source), orchestrate.py, tasks.json, tasks.dot
@@ -13,7 +13,7 @@ import argparse
 import json
 
 from dspark_ir import print_graph
-from dspark_ir.fsutil import OutputDir
+from dspark_ir.fsutil import AtomicOutputDir
 
 from ..common import CommandLine, add_target_arguments, load_graph
 
@@ -41,11 +41,15 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    with AtomicOutputDir(args.output) as out:     # DIR is swapped in whole at the end; a failure leaves nothing
+        return _compile(args, out)
+
+
+def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     from lowering import compile
     from lowering.emit import emit
     from passes import PassContext
 
-    out = OutputDir(args.output)
     g = load_graph(args)
     numerics = args.check_numerics
     if numerics is None:
@@ -76,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 def _summary(args, c, numerics: bool) -> dict:
     """The report's facts: the graph given, what each pass did, the task graph and its lint (c: lowering.Compiled)."""
     g, result, tg = c.input, c.passes, c.tg
+    from lowering.splitk import determinism
+
     cycles = [t.cycles for t in tg.kernels if getattr(t, "cycles", None)]
     return {
         "command": command_line(args),
@@ -88,7 +94,7 @@ def _summary(args, c, numerics: bool) -> dict:
         "passes_changed": sum(1 for r in result.runs if r.status == "changed"),
         "tasks": len(tg), "kernels": len(tg.kernels), "templated": len(c.templated),
         "untemplated_ops": c.untemplated_ops,
-        "deps": sum(len(t.deps) for t in tg.tasks), "lint": c.lint.summary(),
+        "deps": sum(len(t.deps) for t in tg.tasks), "lint": c.lint.summary(), "determinism": determinism(tg.tasks),
         "cycles_sum": sum(cycles) if cycles else None,
     }
 
@@ -107,6 +113,7 @@ def _markdown(s: dict) -> str:
               f"- tasks: {s['tasks']} ({s['kernels']} kernels, {s['templated']} with pypto 0.2.0 templates), "
               f"{s['deps']} explicit deps",
               f"- dependency lint: {s['lint']}",
+              f"- determinism: {s['determinism']}",
               f"- op kinds still without a pypto template: {', '.join(s['untemplated_ops']) or 'none'}"]
     if s["cycles_sum"] is not None:
         lines.append(f"- pypto cost-model cycles, serial sum over kernels: {s['cycles_sum']}")

@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--bisect-rewrites", action="store_true", help="--bisect-limit counts single rewrites")
     b.add_argument("--repro", metavar="FILE",
                    help="where a failure writes its reproducer (default: DIR/repro.dsir with --dump-dir, "
-                        "else ./repro.dsir)")
+                        "else repro.dsir in a new temporary directory; the path is printed)")
     d = p.add_argument_group("dumps")
     d.add_argument("--dump-dir", metavar="DIR", help="write 00_input.dsir, NN_<pass>.dsir and index.html here")
     d.add_argument("--dump", choices=("all", "changed"), default="all", help="snapshot every pass or only changes")
@@ -67,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def context_from_args(args: argparse.Namespace):
     """The PassContext these flags describe."""
     from passes import PassContext, parse_entries
+    from passes.infra.context import REPRO_TEMP
 
     options: dict[str, dict] = {}
     for text in args.pass_option:
@@ -74,7 +75,7 @@ def context_from_args(args: argparse.Namespace):
             options.setdefault(e.name, {}).update(dict(e.options))
     if args.bisect_rewrites and args.bisect_limit is None:
         raise UsageError("--bisect-rewrites needs --bisect-limit N")
-    repro = args.repro or (None if args.dump_dir else "repro.dsir")
+    repro = args.repro or (None if args.dump_dir else REPRO_TEMP)
     return PassContext(
         pipeline=args.pipeline, disabled=tuple(args.disable), enabled=tuple(args.enable), only=tuple(args.only),
         options=options, use_env=not args.no_env, verify_each=args.verify_each,

@@ -2,7 +2,10 @@
 
 Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance
 (goldens/tolerances.py; at TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every
-output is within tolerance, 1 otherwise. Inputs, golden and comparison come from the runner (runner/).
+output is within tolerance, 1 otherwise. Inputs, golden and comparison come from the runner (runner/). Before
+that verdict, a determinism line: bitwise across schedules, or not, naming every order-dependent accumulation
+left in the task graph (atomic split-K); `--backend shuffled` also reruns 3 more shuffled schedules and says
+"not bitwise across schedules" when their bits differ.
 The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
 `-p PIPELINE` runs a pass pipeline first (`default` = the default pipeline; `none` or omitted: no passes);
 the backend executes the resulting graph.
@@ -71,11 +74,48 @@ def run(args: argparse.Namespace) -> int:
     for c in comparisons:
         verdict = "ok (bitwise)" if c.bitwise else "ok" if c.ok else f"FAIL: {c.detail}"
         print(f"  {c.name:<14} {c.max_abs:>10.3g}  {c.max_rel:>10.3g}  {c.tolerance.describe():<46} {verdict}")
+    _determinism(g, inputs, result if args.backend == "shuffled" else None)
     failed = sum(not c.ok for c in comparisons)
     ranks = f" (all {a.get('ranks')} ranks)" if int(a.get("ranks", 1)) > 1 else ""
     print(f"{'ok' if not failed else 'FAIL'}: {len(comparisons) - failed}/{len(comparisons)} outputs within "
           f"tolerance{ranks}")
     return 0 if not failed else 1
+
+
+SHUFFLED_SCHEDULES = 4      # --backend shuffled: runs compared bit for bit (the first is the one reported above)
+
+
+def _determinism(g, inputs, shuffled_result) -> None:
+    """Name the order-dependent accumulations left in the task graph; with the shuffled backend, also compare
+    the result bit for bit with further shuffled schedules."""
+    import os
+
+    import numpy as np
+
+    from dspark_ir import layers
+    from lowering import build_task_graph, run_shuffled
+    from lowering.splitk import determinism, order_dependent
+
+    tg = build_task_graph(g)
+    print(f"determinism: {determinism(tg.tasks)}")
+    if shuffled_result is None:
+        return
+    seed = int(os.environ.get("DSPARK_SHUFFLE_SEED", "0"))
+    first = shuffled_result if isinstance(shuffled_result, list) else [shuffled_result]
+    for s in range(seed + 1, seed + SHUFFLED_SCHEDULES):
+        other = layers.graph_outputs(g, run_shuffled(tg, inputs, s))
+        other = other if isinstance(other, list) else [other]
+        differ = sorted({k for a, b in zip(first, other) for k in a
+                         if not np.array_equal(np.asarray(a[k]), np.asarray(b[k]), equal_nan=True)})
+        if differ:
+            print(f"shuffled: not bitwise across schedules: shuffle seeds {seed} and {s} differ in "
+                  f"{', '.join('%' + k for k in differ)}")
+            return
+    agreed = f"{SHUFFLED_SCHEDULES} shuffled schedules (seeds {seed}..{seed + SHUFFLED_SCHEDULES - 1})"
+    if order_dependent(tg.tasks):
+        print(f"shuffled: {agreed} happened to agree bit for bit; the accumulations above may still differ")
+    else:
+        print(f"shuffled: bitwise equal over {agreed}")
 
 
 def _load(args: argparse.Namespace):

@@ -5,7 +5,11 @@ it on its own cores (lowering/simulate: the scheduling model is in its module do
 simulated steps, or the deadlock report (the wait-for cycle and every held core), and any problem found (signal
 epoch mismatches, reads of data no rank wrote yet). With values on (default for layer graphs that fit in
 memory) the numpy references run as tasks complete and the outputs are compared with the reference interpreter.
-Exit status: 0 completed and clean, 1 deadlock, problem or value mismatch, 2 error.
+Then it explores: --schedules N (default 24) runs in all, the others with drawn core budgets (half of them the
+smallest that fits), dispatch seeds and block-duration jitter (lowering/simulate/explore.py), because with ample
+cores the ranks run in lockstep and a missing cross-rank edge never shows; the first failing one is printed with
+the flags that reproduce it. Exit status: 0 every schedule completed and clean, 1 deadlock, problem or value
+mismatch, 2 error.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..common import UsageError, add_target_arguments, load_graph
 NAME = "simulate"
 HELP = "simulate the lowered task graph on N ranks (makespan in steps, or the deadlock report)"
 VALUES_LIMIT = 1 << 30     # bytes of buffers over all ranks up to which values are on by default
+DEFAULT_SCHEDULES = 24     # runs per simulate: enough to find every single missing signal edge of the tiny MoE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"vector (AIV) cores per rank (default {HARDWARE.vector_cores}); "
                         "a mix task takes 1 cube + 2 vector")
     p.add_argument("--seed", type=int, default=0, help="seed of the dispatch order among ready tasks (default 0)")
+    p.add_argument("--jitter", type=int, default=0, metavar="J",
+                   help="each block takes 1 + a seeded draw in 0..J steps (default 0)")
+    p.add_argument("--waiters-first", action="store_true",
+                   help="ready waiters take cores before every other ready task (the adversarial order)")
+    p.add_argument("--schedules", type=int, default=DEFAULT_SCHEDULES, metavar="N",
+                   help=f"run the given schedule and N-1 more with drawn core budgets (half of them the smallest), "
+                        f"dispatch seeds and jitter (default {DEFAULT_SCHEDULES}; 1: the given schedule only)")
     p.add_argument("--input-seed", type=int, default=0, help="seed of the layer's golden inputs (default 0)")
     p.add_argument("-p", "--pipeline", help="pass pipeline to run first ('default' = the default pipeline; "
                                             "none when omitted)")
@@ -45,16 +57,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lowering import compile
-    from lowering.simulate import SimConfig, simulate
+    from lowering.simulate import SimConfig
+    from lowering.simulate.explore import explore
 
     if args.cores_cube < 0 or args.cores_vector < 0:
         raise UsageError("core counts must be >= 0", "--cores-cube/--cores-vector")
+    if args.schedules < 1:
+        raise UsageError("must be >= 1", "--schedules")
+    if args.jitter < 0:
+        raise UsageError("must be >= 0", "--jitter")
     c = compile(load_graph(args), pipeline=args.pipeline, sources=False)
     g, tg = c.graph, c.tg
     inputs = _inputs(g, tg, args)
-    config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed,
+    config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed, jitter=args.jitter,
+                       waiters_first=args.waiters_first,
                        track_signal_windows=args.signal_edges, early_resolve=args.early_resolve)
-    result = simulate(tg, inputs, config)
+    exploration = explore(tg, inputs, config, args.schedules)
+    result = exploration.results[0]
     print(_header(g, args))
     print(result.report())
     mismatch = False
@@ -64,7 +83,14 @@ def run(args: argparse.Namespace) -> int:
         mismatch = not _compare(g, inputs, result.outputs)
     elif result.completed:
         print("values: not compared (a numpy reference failed, see the problems above)")
-    return 0 if result.ok and not mismatch else 1
+    if args.schedules > 1:
+        print(exploration.summary())
+        others = [(s, r) for s, r in exploration.failed if s.index > 0]
+        if others:
+            schedule, failed = others[0]
+            print(f"first failing schedule: #{schedule.index} (reproduce with {schedule.flags()}):")
+            print(failed.report())
+    return 0 if not exploration.failed and not mismatch else 1
 
 
 def _inputs(g, tg, args: argparse.Namespace):

@@ -8,6 +8,10 @@
     result.problems        # epoch mismatches, reads of data no rank wrote (yet), failed references
     result.outputs         # per-rank outputs of the numpy references (when inputs were given)
 
+    from lowering.simulate.explore import explore      # many schedules: drawn core budgets, seeds, jitter
+    exploration = explore(task_graph, inputs, SimConfig(), count=24)
+    exploration.failed     # [(Schedule, SimResult)] of the schedules that deadlocked or found a problem
+
 The scheduling model (engine.py has the exact text next to the code):
 * Every rank runs every task once (an *instance*) on its own cores: `cube` AICs and `vector` AIVs per rank. A
   task's SPMD blocks go to free cores of its kind: cube → 1 AIC, vector → 1 AIV, mix → a core group (1 AIC +

@@ -20,14 +20,16 @@ Dispatch. An instance becomes dispatchable when
     never before they hold cores (`early_resolve = "ignored"` drops that condition: the literal reading, under
     which consumers park ahead of unplaced producers and even the attention layers deadlock on small budgets).
 When an instance becomes dispatchable it draws a priority from the seeded RNG (instances are visited rank by rank,
-in task-id order, so the draws are reproducible). At every step, after the completions of that step, each rank
+in task-id order, so the draws are reproducible); with `waiters_first` every waiter goes before every other task
+(the adversarial order: a waiter grabs the cores its rank's notifier may still need). At every step, after the completions of that step, each rank
 serves its dispatchable instances in priority order: an instance places as many of its remaining blocks as its
 core kind has free cores; a lower-priority instance may use cores a higher one cannot (backfill). A placed block
 holds its cores until it completes.
 
 Running. A block starts when all deps (explicit and inferred) of its instance are done: at once for a normal
 dispatch; an early-dispatched AER block is *parked* on its cores until then. Once started:
-  * compute block: completes `duration` steps later (1 by default);
+  * compute block: completes `duration` steps later (1 by default), plus a draw in 0..`jitter` from a second
+    seeded stream (default 0: no draw), so blocks, and with them the ranks, drift apart;
   * waiter (signal_wait, signal_barrier, moe_dispatch_meta): a notify-then-wait task first delivers its notify,
     then the block *spins*, holding its cores, until every peer's cell of its window on this rank is ≥ expected;
     it completes 1 step after the step at which that holds;
@@ -69,6 +71,8 @@ class SimConfig:
     vector: int = HARDWARE.vector_cores
     seed: int = 0
     duration: Callable[[SimTask], int] | None = None    # steps per block (default 1)
+    jitter: int = 0                                     # + a seeded draw in 0..jitter steps per block (ranks drift)
+    waiters_first: bool = False                         # ready waiters take cores before other ready tasks
     track_signal_windows: bool = False                  # keep notifier→waiter window hazards as inferred deps
     early_resolve: str = "dispatched"                   # AER: inferred deps must be "dispatched" | "ignored"
     max_steps: int = 10_000_000
@@ -81,6 +85,8 @@ class SimConfig:
             raise SimError(f"early_resolve must be 'dispatched' or 'ignored', got {self.early_resolve!r}")
         if self.cube < 0 or self.vector < 0:
             raise SimError(f"core counts must be >= 0, got {self.cube} cube and {self.vector} vector")
+        if self.jitter < 0:
+            raise SimError(f"jitter must be >= 0, got {self.jitter}")
 
     def steps(self, t: SimTask) -> int:
         return 1 if self.duration is None else max(1, int(self.duration(t)))
@@ -131,6 +137,7 @@ class Engine:
         self.ranks = max(int(tg.ranks), 1)
         self.tasks = sim_tasks(tg, track_signal_windows=config.track_signal_windows)
         self.rng = np.random.default_rng(config.seed)
+        self.jitter = np.random.default_rng([config.seed, 1])      # its own stream: jitter 0 keeps the schedule
         self.pools = [CorePool(config.cube, config.vector) for _ in range(self.ranks)]
         self._check_budget()
         if inputs is not None:
@@ -247,7 +254,7 @@ class Engine:
                 self._complete(i)
             else:
                 i.state = READY
-                i.priority = float(self.rng.random())
+                i.priority = float(self.rng.random()) - (1.0 if self.config.waiters_first and i.task.wait else 0.0)
             changed = True
         return changed
 
@@ -300,7 +307,7 @@ class Engine:
             b.phase = "arrived"
         else:
             b.phase = "running"
-            self._schedule(b, self.now + self.config.steps(t))
+            self._schedule(b, self.now + self._steps(t))
         self._log(i, {"spinning": "spin", "arrived": "arrive"}.get(b.phase, "start"), b.cores)
         if b.phase == "arrived":
             self._arrive(b)
@@ -314,7 +321,7 @@ class Engine:
             for blk in self.inst[r][tid].blocks:
                 if blk.phase == "arrived":
                     blk.phase = "running"
-                    self._schedule(blk, self.now + self.config.steps(blk.inst.task))
+                    self._schedule(blk, self.now + self._steps(blk.inst.task))
 
     def _check_spinners(self) -> bool:
         changed = False
@@ -331,6 +338,10 @@ class Engine:
                     self._schedule(b, self.now + 1)
                     changed = True
         return changed
+
+    def _steps(self, t: SimTask) -> int:
+        extra = int(self.jitter.integers(0, self.config.jitter + 1)) if self.config.jitter else 0
+        return self.config.steps(t) + extra
 
     def _schedule(self, b: Block, when: int) -> None:
         b.end = when

@@ -81,9 +81,14 @@ class Values:
             if p.comm == "local" or producer in self.landed:
                 continue
             missing = sorted(set(range(self.ranks)) - self.published[producer])
+            waiters = [w for w in self.tasks if w.wait is not None]
+            waits = [w.name for w in waiters if w.wait.notifier == p.name] or \
+                [w.name for w in waiters if producer in w.explicit]       # a barrier gated on the producer
+            after = f"; the wait{'s' if len(waits) > 1 else ''} announcing them: " + \
+                ", ".join(f"'{w}'" for w in waits) if waits else "; no wait announces them"
             self.problems.append(Problem(
                 "remote-read", f"reads %{buffer} before the remote writes of '{p.name}' landed "
-                f"(not yet done on rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))})",
+                f"(not yet done on rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}){after}",
                 t.name, rank, step))
 
     def _publish(self, t: SimTask, rank: int, step: int) -> None:

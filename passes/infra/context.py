@@ -31,6 +31,7 @@ from .registry import get_pass
 ENV_DISABLE = "DSPARK_DISABLE_PASSES"
 ENV_NUMERICS = "DSPARK_CHECK_NUMERICS"
 ENV_ROUNDTRIP = "DSPARK_ROUNDTRIP_EACH"
+REPRO_TEMP = "<new temporary directory>"   # `repro`: write DIR/repro.dsir in a new temp DIR (never over a file)
 
 _CURRENT: contextvars.ContextVar["PassContext | None"] = contextvars.ContextVar("dspark_pass_context", default=None)
 _TOKENS: list[contextvars.Token] = []
@@ -73,7 +74,8 @@ class PassContext:
     dump: str = "all"                            # all | changed
     dump_dot: bool = False
     dump_svg: bool = False
-    repro: str | None = None                     # reproducer path; None: <dump_dir>/repro.dsir if dumping
+    repro: str | None = None                     # reproducer path, or REPRO_TEMP; None: <dump_dir>/repro.dsir
+                                                 # if dumping, else none written
     # ---- provenance (dump headers, reproducer commands)
     source: str = ""                             # e.g. "model.dsir" or "decode-swa --config tiny"
     plugins: Sequence[str] = ()                  # modules that register extra passes

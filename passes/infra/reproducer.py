@@ -4,17 +4,19 @@
     # rerun: dspark opt repro.dsir -p 'x,dce' --check-numerics --seed 0
     graph @... (the input snapshot of the failing pass)
 
-The file goes to `PassContext.repro` (CLI default: `repro.dsir` in the dump folder, else the current
-directory). The rerun command is printed to stderr and stored on the error (`error.rerun`).
+The file goes to `PassContext.repro` (CLI default: `repro.dsir` in the dump folder, else in a new temporary
+directory; never over a file of the working directory). The rerun command is printed to stderr and stored on the error (`error.rerun`).
 """
 from __future__ import annotations
 
 import os
+import tempfile
 
 from dspark_ir.errors import DsparkError
-from dspark_ir.fsutil import OutputDir, write_file_atomic
+from dspark_ir.fsutil import OutputDir, OutputError, write_file_atomic
 from dspark_ir.text.printer import print_graph
 
+from .context import REPRO_TEMP
 from .instruments import Instrument
 from .replay import opt_command, scrub_paths
 
@@ -40,12 +42,21 @@ class Reproducer(Instrument):
         if path is None:
             return
         try:
+            if path == REPRO_TEMP:
+                path = _new_temp_path()
             _write(ctx, path, error.reproducer)
         except DsparkError as e:  # never hide the pass's error behind this one
             print(f"dspark: could not write the reproducer: {e}", file=state.stderr)
             return
         error.rerun = command = opt_command(path, remaining, **flags)
         print(f"dspark: reproducer written to {path}; rerun: {command}", file=state.stderr)
+
+
+def _new_temp_path() -> str:
+    try:
+        return os.path.join(tempfile.mkdtemp(prefix="dspark-repro-"), "repro.dsir")
+    except OSError as e:
+        raise OutputError(f"cannot create a temporary directory: {e.strerror}", tempfile.gettempdir()) from None
 
 
 def _write(ctx, path: str, text: str) -> None:

@@ -23,7 +23,7 @@ def test_emit_writes_the_four_artefacts(tmp_path):
     tg = build_task_graph(load("mlp"))
     emit(tg, tmp_path, command="dspark lower mlp.dsir -o out")
     names = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
-    assert names == ["kernels/mm_acc.py", "kernels/mm_g.py", "kernels/mm_h.py", "kernels/mm_y.py",
+    assert names == [".dspark-output", "kernels/mm_acc.py", "kernels/mm_g.py", "kernels/mm_h.py", "kernels/mm_y.py",
                      "kernels/n_xn.py", "kernels/out_sq.py", "orchestrate.py", "tasks.dot", "tasks.json"]
     kernel = (tmp_path / "kernels/mm_h.py").read_text()
     assert "# Reproduce: dspark lower mlp.dsir -o out" in kernel and "def mm_h(" in kernel

@@ -5,6 +5,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,19 +82,24 @@ def test_failures_write_a_reproducer_that_fails_the_same_way(src, tmp_path, caps
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
+    (work / "repro.dsir").write_text("mine\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where the new temp directories go
     assert run_cli(str(src), "-p", pipeline, "-o", "out.dsir") == 2
     err = capsys.readouterr().err.splitlines()
     assert not (work / "out.dsir").exists()
-    hint = next(line for line in err if line.startswith("dspark: reproducer written to repro.dsir; rerun: "))
-    command = hint.split("; rerun: ", 1)[1]
+    assert (work / "repro.dsir").read_text() == "mine\n", "a reproducer never goes over ./repro.dsir"
+    hint = next(line for line in err if line.startswith("dspark: reproducer written to "))
+    path, command = hint.removeprefix("dspark: reproducer written to ").split("; rerun: ", 1)
+    path = Path(path)
+    assert path.name == "repro.dsir" and path.parent.parent == tmp_path and path.parent.name.startswith("dspark-repro-")
     first = err[-1]
     assert message in first
     failing = pipeline.split(",")[1] if pipeline.startswith("canonicalize") else pipeline.split(",")[0]
     assert f"pass '{failing}' (#" in first
     # the reproducer holds the snapshot the failing pass received and the remaining pipeline
-    repro = (work / "repro.dsir").read_text()
+    repro = path.read_text()
     assert repro.startswith("# dspark reproducer: ") and f"-p {failing}," in repro
-    parse_file(work / "repro.dsir")
+    parse_file(path)
     # rerun exactly as printed: the same pass fails the same way (now as pass #1)
     assert rerun(command, work, monkeypatch) == 2
     again = capsys.readouterr().err.splitlines()[-1]

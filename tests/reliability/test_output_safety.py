@@ -5,6 +5,7 @@ dspark_ir.fsutil.OutputDir directly and through `dspark lower -o DIR` and `dspar
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -153,12 +154,13 @@ def test_lower_writes_only_inside_dir(tmp_path, capsys):
     assert code == 0, err
     files = listing(out)
     assert {"orchestrate.py", "tasks.json", "tasks.dot", "kernels"} <= set(files)
-    assert all(not Path(f).name.startswith(".") for f in files)          # no temp files left
+    assert all(not Path(f).name.startswith(".") or f == ".dspark-output" for f in files)   # no temp files left
     assert all((out / f).resolve().is_relative_to(out.resolve()) for f in files)
+    assert listing(tmp_path) == ["lowered"] + [f"lowered/{f}" for f in files]        # no sibling left either
 
 
 @pytest.mark.parametrize("plant", ["kernels", "tasks.json", "orchestrate.py"])
-def test_lower_refuses_a_planted_symlink_and_writes_nothing(tmp_path, capsys, plant):
+def test_lower_refuses_a_directory_it_did_not_write_and_writes_nothing(tmp_path, capsys, plant):
     out, outside = tmp_path / "lowered", tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_text("keep me\n")
@@ -167,9 +169,25 @@ def test_lower_refuses_a_planted_symlink_and_writes_nothing(tmp_path, capsys, pl
     (out / plant).symlink_to(target, target_is_directory=plant == "kernels")
     code, stdout, err = dspark(capsys, "lower", "decode-swa", "-o", str(out))
     assert code == 2 and stdout == "" and len(err.splitlines()) == 1
-    assert "refusing to write outside the output directory (symlink)" in err
+    assert "not empty and not a dspark output directory" in err
     assert untouched(outside)
     assert listing(out) == [plant], "a refused run leaves no partial output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lowered", "outside"]
+
+
+@pytest.mark.parametrize("plant", ["kernels", "tasks.json", "orchestrate.py"])
+def test_a_symlink_planted_in_an_earlier_output_is_replaced_never_followed(tmp_path, capsys, plant):
+    out, outside = tmp_path / "lowered", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("keep me\n")
+    assert dspark(capsys, "lower", "decode-swa", "-o", str(out))[0] == 0
+    victim = out / plant
+    shutil.rmtree(victim) if victim.is_dir() else victim.unlink()
+    target = outside if plant == "kernels" else outside / "secret"
+    victim.symlink_to(target, target_is_directory=plant == "kernels")
+    code, stdout, err = dspark(capsys, "lower", "decode-swa", "-o", str(out))
+    assert code == 0, err
+    assert untouched(outside) and not victim.is_symlink()
 
 
 def test_lower_into_a_file_is_a_one_line_error(tmp_path, capsys):
