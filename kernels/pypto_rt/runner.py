@@ -9,9 +9,10 @@ reach go to a fresh worker: a failed pypto call leaves the process's global stat
 Each worker gets a private temporary directory holding the kernel sources,
 ``TILE_FWK_OUTPUT_DIR``, ``ASCEND_PROCESS_LOG_PATH`` and its log. pypto writes a call's
 verify CSV only when the next verify session starts or the process exits, so the verify
-rows (and the ``artifacts_dir`` copies) of a worker's results are filled in when that worker
-has exited: when the pool closes, or when the worker is replaced after a failure. Outputs,
-cycles and errors are there as soon as ``run`` returns. The directory is then deleted; with
+rows (and the ``artifacts_dir`` copies) of a worker's ``full`` results are filled in when that
+worker has exited: when the pool closes, or when the worker is replaced after a failure. Outputs,
+cycles, errors and the ``artifacts_dir`` copies of ``sim`` and ``compile`` results (nothing of
+theirs is written at exit) are there as soon as ``run`` returns. The directory is then deleted; with
 ``DSPARK_KEEP_PYPTO_TMP=1`` it is kept when a job failed.
 
 :func:`run_jobs` is a pool that lives for one batch: every field of its results is final.
@@ -87,8 +88,9 @@ class WorkerPool:
 
     ``run`` splits a batch over the workers (job i goes to worker i mod n) and returns the
     results in order. A worker whose job failed is replaced by a fresh one. The ``verify``
-    rows, ``artifacts`` and ``swimlane`` of a result are filled in when its worker exits
-    (see the module doc). Artifact directories are numbered by the job's position over
+    rows, ``artifacts`` and ``swimlane`` of a ``full`` result are filled in when its worker
+    exits, those of other modes when ``run`` returns (see the module doc). ``start`` starts
+    the workers ahead of the first batch. Artifact directories are numbered by the job's position over
     the pool's whole life.
     """
 
@@ -138,6 +140,21 @@ class WorkerPool:
             if failures:
                 raise failures[0]
         return [results[i] for i, _ in indexed]
+
+    def start(self, need_calculator: bool = False) -> None:
+        """Start every worker now (import pypto; with ``need_calculator`` also build or load the calculator)
+        rather than at the first :meth:`run`: a long-lived pool pays its start-up before the first job."""
+        if self.closed:
+            raise PyptoError("this WorkerPool is closed")
+        for slot, worker in enumerate(self.slots):
+            if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.close()
+                worker = _Worker(self.settings, need_calculator)
+                with self._lock:
+                    self.started += 1
+                self.slots[slot] = worker
+                worker._start()
 
     def close(self) -> None:
         """Stop every worker and fill in the verify rows and artifacts of their results."""
@@ -383,6 +400,8 @@ class _Worker:
         for done in (job_path, result_path):  # the arrays: not needed again (a long-lived worker piles them up)
             done.unlink(missing_ok=True)
         result, call_dirs = self._from_report(job, report)
+        if job.mode != "full":  # pypto writes nothing of a sim or compile call at exit: keep its output now
+            self._keep_artifacts(index, job, call_dirs, result)
         self.done.append((index, job, result, call_dirs))
         if status != "ok":
             self._reap()  # the worker exits after a failed job
@@ -401,7 +420,8 @@ class _Worker:
                     if result.stats is None:
                         self._read_stats(result, call_dir)
                     result.verify.extend(verify_csv.read_verify_rows(call_dir))
-                self._keep_artifacts(index, job, call_dirs, result)
+                if job.mode == "full":
+                    self._keep_artifacts(index, job, call_dirs, result)
         finally:
             if not (self.failed and os.environ.get(KEEP_ENV) == "1"):
                 shutil.rmtree(self.dir, ignore_errors=True)
