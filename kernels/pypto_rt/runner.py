@@ -156,14 +156,16 @@ class WorkerPool:
                 self.slots[slot] = worker
                 worker._start()
 
-    def close(self) -> None:
-        """Stop every worker and fill in the verify rows and artifacts of their results."""
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker and fill in the verify rows and artifacts of their results. With ``kill`` the workers
+        are killed instead of asked to exit: quicker (pypto's exit takes seconds), but what pypto writes at exit,
+        the verify rows of ``full`` results, is lost; sim and compile results lose nothing."""
         self.closed = True
         errors = []
         for k, worker in enumerate(self.slots):
             if worker is not None:
                 try:
-                    worker.close()
+                    worker.close(kill)
                 except BaseException as exc:  # noqa: BLE001  (re-raised below)
                     errors.append(exc)
             self.slots[k] = None
@@ -408,10 +410,12 @@ class _Worker:
         return result
 
     # ---- closing: pypto's exit-time writes ----------------------------------------------
-    def close(self) -> None:
-        """Let the worker exit, then fill in verify rows and artifacts; delete the directory."""
+    def close(self, kill: bool = False) -> None:
+        """Let the worker exit (or kill it), then fill in verify rows and artifacts; delete the directory."""
         try:
-            if self.alive:
+            if self.alive and kill:
+                self._kill()
+            elif self.alive:
                 self._send("exit")
             self._reap()
             for index, job, result, call_dirs in self.done:
