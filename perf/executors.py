@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ from dspark_ir.errors import DsparkError
 EXECUTORS = ("local", "dask")
 SCHEDULER_ENV = "DSPARK_SCHEDULER"
 TASK_PREFIX = "dspark-sim-"         # Dask task key = prefix + cost key
+CONNECT_TIMEOUT = 20.0              # seconds to reach the scheduler
+_ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 
 class ExecutorError(DsparkError):
@@ -157,11 +160,14 @@ class DaskExecutor:
 
     name = "dask"
 
-    def __init__(self, scheduler: str, timeout: float = 1800.0, *, connect_timeout: float = 20.0,
+    def __init__(self, scheduler: str, timeout: float = 1800.0, *, connect_timeout: float | None = None,
                  calculator: bool = False):
+        if not _ADDRESS.match(scheduler):
+            raise ExecutorError(f"--scheduler '{scheduler}': expected tcp://HOST:PORT (a `dask scheduler` address)")
         distributed = _distributed()
         from . import dask_worker
 
+        connect_timeout = CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
         self.scheduler = scheduler
         self.timeout = timeout
         with _quiet("distributed"):
@@ -182,7 +188,7 @@ class DaskExecutor:
         futures = {self.client.submit(dask_worker.simulate, job, self.timeout, key=TASK_PREFIX + job.key,
                                       pure=False): i for i, job in enumerate(jobs)}
         try:
-            for fut in as_completed(list(futures)):
+            for fut in as_completed(list(futures), loop=self.client.loop):
                 index = futures[fut]
                 try:
                     outcome = fut.result()
@@ -231,7 +237,7 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise ExecutorError("--executor dask needs dask[distributed]: pip install -e '.[sweep]'") from None
+        raise ExecutorError("the dask executor needs dask[distributed]: pip install -e '.[sweep]'") from None
     return distributed
 
 
