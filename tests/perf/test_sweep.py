@@ -314,3 +314,23 @@ def test_point_labels():
     assert p.label() == "decode-csa [tiny TP=2 max_context=64] all-off"
     assert p.to_json() == {"layer": "decode-csa", "config": "tiny", "tp": 2, "batch": None, "seq": None,
                            "max_context": 64, "pipeline": "all-off"}
+
+
+def test_ab_runs_its_kernels_on_the_chosen_executor(tmp_path, monkeypatch):
+    import perf.executors
+
+    fake = FakeExecutor()
+    chosen = {}
+
+    def make(name=None, **kw):
+        chosen.update(kw, name=name)
+        return fake
+
+    monkeypatch.setattr(perf.executors, "make_executor", make)
+    argv = ["ab", "decode-swa", "--config", "tiny", "--tp", "1", "--no-loo", "--no-aoi", "--no-steps", "--no-plots",
+            "--no-traces", "--no-progress", "--workers", "3", "--cost-cache",
+            str(tmp_path / "cache"), "-o", str(tmp_path / "ab")]
+    assert main(argv) == 0
+    assert chosen == {"name": None, "scheduler": None, "workers": 3, "timeout": 1800.0}
+    assert fake.jobs and len(list((tmp_path / "cache").glob("*.json"))) == len(fake.jobs)
+    assert f"{len(fake.jobs)} kernels simulated in this run on fake" in (tmp_path / "ab" / "ab.md").read_text()
