@@ -40,7 +40,11 @@ class PyptoWorkerPlugin(WorkerPlugin):
         self.calculator = calculator
 
     def setup(self, worker) -> None:
-        self.pools: queue.Queue = queue.Queue()
+        self.idle: queue.Queue = queue.Queue()      # pools no task holds
+        self.made: list = []                        # every pool of this worker (teardown closes them all)
+        self.lent = 0                               # pools held by running tasks
+        self.returned = threading.Condition()
+        self.closing = False
         self.failed: BaseException | None = None
         self.ready = threading.Event()
         self.dir = Path(tempfile.mkdtemp(prefix="dspark-dask-"))
@@ -50,9 +54,11 @@ class PyptoWorkerPlugin(WorkerPlugin):
     def _start(self, count: int) -> None:
         try:
             for _ in range(count):
+                if self.closing:
+                    break
                 pool = self._pool(self.timeout)
                 pool.start(need_calculator=self.calculator)
-                self.pools.put(pool)
+                self.idle.put(pool)
         except BaseException as exc:  # noqa: BLE001 - reported by every task on this worker
             self.failed = exc
         finally:
@@ -62,13 +68,19 @@ class PyptoWorkerPlugin(WorkerPlugin):
         """A pool whose process starts now (`start`) or with its first job."""
         from kernels.pypto_rt import WorkerPool
 
-        return WorkerPool(1, timeout, artifacts_dir=tempfile.mkdtemp(dir=self.dir))
+        pool = WorkerPool(1, timeout, artifacts_dir=tempfile.mkdtemp(dir=self.dir))
+        self.made.append(pool)
+        return pool
 
     def run(self, job: SimJob, timeout: float) -> SimOutcome:
         self.ready.wait()
-        if self.failed is not None:
+        if self.failed is not None and not self.closing:
             raise ExecutorError(f"pypto cannot start on this worker: {self.failed}")
-        pool = self.pools.get()
+        if self.closing:
+            raise ExecutorError("the Dask worker is closing")
+        pool = self.idle.get()
+        with self.returned:
+            self.lent += 1
         try:
             if pool.settings.timeout != float(timeout) or pool.submitted >= RECYCLE_AFTER:
                 old, pool = pool, self._pool(float(timeout))
@@ -80,16 +92,22 @@ class PyptoWorkerPlugin(WorkerPlugin):
                 if result.artifacts is not None:
                     shutil.rmtree(result.artifacts, ignore_errors=True)
         finally:
-            self.pools.put(pool)
+            self.idle.put(pool)
+            with self.returned:
+                self.lent -= 1
+                self.returned.notify_all()
 
     def teardown(self, worker) -> None:
-        self.ready.wait()
-        pools = []
-        while not self.pools.empty():
-            pools.append(self.pools.get())
-        # killed (sim jobs leave nothing to collect at exit) and side by side: a worker's close is over in
-        # well under the nanny's 4 s, so the pypto processes' directories are deleted too
-        closing = [threading.Thread(target=pool.close, args=(True,), daemon=True) for pool in pools]
+        """Kill the pypto processes (sim jobs leave nothing to collect at exit; one still starting or running a
+        job too), wait for the tasks to hand their pools back, then delete what the processes left: all well
+        within the 4 s a nanny gives a closing worker."""
+        self.closing = True
+        for pool in list(self.made):
+            pool.kill()
+        self.ready.wait(5.0)
+        with self.returned:
+            self.returned.wait_for(lambda: self.lent == 0, timeout=5.0)
+        closing = [threading.Thread(target=pool.close, args=(True,), daemon=True) for pool in list(self.made)]
         for thread in closing:
             thread.start()
         for thread in closing:

@@ -156,6 +156,13 @@ class WorkerPool:
                 self.slots[slot] = worker
                 worker._start()
 
+    def kill(self) -> None:
+        """Kill every worker process now; safe from another thread while a worker starts or runs a job (that
+        job gets a "worker died" result). Call :meth:`close` afterwards: it collects and deletes what they left."""
+        for worker in list(self.slots):
+            if worker is not None:
+                worker._kill()
+
     def close(self, kill: bool = False) -> None:
         """Stop every worker and fill in the verify rows and artifacts of their results. With ``kill`` the workers
         are killed instead of asked to exit: quicker (pypto's exit takes seconds), but what pypto writes at exit,
@@ -309,7 +316,7 @@ class _Worker:
                              log=info["log"] + "\n" + self._tail(self.worker_log))
 
     def _kill(self) -> None:
-        if self.proc is None:
+        if self.proc is None or self.proc.returncode is not None:  # not started, or reaped: its pid may be reused
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own session

@@ -7,6 +7,8 @@ About a minute on an idle 2-core machine (each kernel has a 300 s timeout); the 
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,8 @@ def _points(out) -> list:
 
 def test_dask_sweep_equals_local_sweep(tmp_path, capsys):
     distributed = pytest.importorskip("distributed")
+    scratch = Path(tempfile.gettempdir())
+    before = set(scratch.glob("dspark-dask-*"))
     assert main(SWEEP + ["--executor", "local", "--cost-cache", str(tmp_path / "cache-local"),
                          "-o", str(tmp_path / "local")]) == 0
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -32,6 +36,7 @@ def test_dask_sweep_equals_local_sweep(tmp_path, capsys):
                              str(tmp_path / "cache-dask"), "-o", str(tmp_path / "dask")]) == 0
         with distributed.Client(cluster, set_as_default=False) as client:
             ran = client.run(lambda dask_worker: "dspark-pypto" in dask_worker.plugins)
+    assert set(scratch.glob("dspark-dask-*")) == before        # the workers' plugins cleaned up
     printed = capsys.readouterr().out
     assert "on dask (tcp://127.0.0.1:" in printed and "2 workers" in printed
     assert len(ran) == 2 and all(ran.values())
