@@ -37,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--param", action="append", default=[], metavar="NAME=V,V",
                    help="any other layer parameter axis, for the layers that take it (repeatable)")
     g.add_argument("-p", "--pipeline", action="append", default=[], metavar="PIPELINE",
-                   help="a pipeline: default, all-off, cleanup, -PASS, +PASS, step:N, or a pass pipeline string "
-                        "such as 'canonicalize,cse,split-m-fanout{ways=4}' (repeatable; default: default and all-off)")
+                   help="a pipeline: default, all-off, cleanup, -PASS (write -p=-PASS), +PASS, step:N, or a pass "
+                        "pipeline string such as 'canonicalize,cse,split-m-fanout{ways=4}' (repeatable; default: "
+                        "default and all-off)")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
                    help="estimate only the tasks whose names match, scheduled alone (as dspark ab --stage)")
     p.add_argument("--source", choices=("pypto", "roofline"), default="pypto",
@@ -80,8 +81,7 @@ def command_line(args: argparse.Namespace) -> str:
             parts += [f"--{flag}", str(getattr(args, flag))]
     for text in args.param:
         parts += ["--param", text]
-    for text in args.pipeline:
-        parts += ["-p", text]
+    parts += [f"-p={text}" for text in args.pipeline]          # "-p=-PASS": a value may start with "-"
     parts += ["--source", args.source]
     if args.offline:
         parts.append("--offline")

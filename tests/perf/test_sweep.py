@@ -281,15 +281,16 @@ def test_unreachable_scheduler_is_a_one_line_error(tmp_path, capsys, monkeypatch
 def test_cli_writes_table_json_plots_and_resumes(tmp_path, capsys):
     out = tmp_path / "sw"
     argv = ["sweep", "decode-swa", "decode-csa", "--config", "tiny", "--tp", "1,2", "--context", "32,64",
-            "-p", "default", "-p", "all-off", "-p", "canonicalize,cse,dce", "--source", "roofline",
+            "-p", "default", "-p", "all-off", "-p", "canonicalize,cse,dce", "-p=-topk-bypass", "--source", "roofline",
             "--no-progress", "-o", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "| config | TP | B | S | max_context | pipeline | latency µs |" in printed
-    assert "`canonicalize,cse,dce`" in printed and "Swept: tp, max_context." in printed
+    assert "`canonicalize,cse,dce`" in printed and "`-topk-bypass`" in printed and "Swept: tp, max_context." in printed
+    assert "-p=-topk-bypass" in printed                                 # the reproduce line parses back
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["schema"] == "dspark-sweep/1" and doc["swept"] == ["tp", "max_context"]
-    assert len(doc["points"]) == 2 * 3 + 2 * 2 * 3 and not doc["incomplete"]
+    assert len(doc["points"]) == 2 * 4 + 2 * 2 * 4 and not doc["incomplete"]
     assert all(p["result"]["latency_us"] > 0 for p in doc["points"])
     off = [p for p in doc["points"] if p["point"]["pipeline"] == "all-off"]
     assert all(p["delta_vs_off_pct"] == 0 for p in off)
@@ -297,7 +298,7 @@ def test_cli_writes_table_json_plots_and_resumes(tmp_path, capsys):
     assert pngs == ["sweep_decode-csa_max_context.png", "sweep_decode-csa_tp.png", "sweep_decode-swa_tp.png"]
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert main(argv) == 0
-    assert "18 points: 18 recorded by an earlier run, 0 estimated now" in capsys.readouterr().out
+    assert "24 points: 24 recorded by an earlier run, 0 estimated now" in capsys.readouterr().out
     assert json.loads((out / "sweep.json").read_text())["points"] == doc["points"]
 
 
