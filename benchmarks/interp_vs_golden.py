@@ -13,9 +13,9 @@ import statistics
 import sys
 import time
 
+import runner
 from dspark_ir import layers
 from dspark_ir.interp import run
-from dspark_ir.layers import LayerError
 
 TARGET = 1.5
 
@@ -27,17 +27,13 @@ def _time(fn) -> float:
 
 
 def bench(name: str, tp: int, repeat: int) -> tuple[float, float] | None:
-    try:
-        g = layers.build(name, config="tiny", tp=tp)
-    except LayerError as e:
-        print(f"  {name:<12} tp {tp}: skipped ({e})")
-        return None
-    inputs = layers.layer_inputs(g, 0)
-    run(g, inputs), layers.golden_outputs(g, inputs)  # warm-up (imports, caches)
+    g = layers.build(name, config="tiny", tp=tp)
+    inputs = runner.layer_inputs(g, 0)
+    run(g, inputs), runner.golden_outputs(g, inputs)  # warm-up (imports, caches)
     t_interp, t_golden = [], []
     for _ in range(repeat):
         t_interp.append(_time(lambda: run(g, inputs)))
-        t_golden.append(_time(lambda: layers.golden_outputs(g, inputs)))
+        t_golden.append(_time(lambda: runner.golden_outputs(g, inputs)))
     return statistics.median(t_interp), statistics.median(t_golden)
 
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from dspark_ir import Graph, parse_file
 from dspark_ir.errors import DsparkError
@@ -60,6 +62,48 @@ def load_graph(args: argparse.Namespace) -> Graph:
     ep = getattr(args, "ep", None)
     return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
                         seq=getattr(args, "seq", None), **({} if ep is None else {"ep": ep}))
+
+
+class CommandLine:
+    """Options turned back into the command line that reproduces a run: the one place that writes the
+    `Reproduce:` commands of generated files and reports. Each command adds the options that decide its
+    output, in its own order; `str()` is the shell-quoted line.
+
+        str(CommandLine("lower", "decode-swa").layer(args).option("-o", "out"))
+        # 'dspark lower decode-swa --config tiny --tp 1 -o out'
+    """
+
+    def __init__(self, command: str, *words: str):
+        self.words = ["dspark", command, *words]
+
+    def add(self, *words: str) -> "CommandLine":
+        self.words += words
+        return self
+
+    def option(self, flag: str, value: object) -> "CommandLine":
+        """`flag value`, unless value is None."""
+        return self if value is None else self.add(flag, str(value))
+
+    def repeated(self, flag: str, values: Sequence[object]) -> "CommandLine":
+        for value in values:
+            self.option(flag, value)
+        return self
+
+    def flag(self, flag: str, on: bool) -> "CommandLine":
+        return self.add(flag) if on else self
+
+    def layer(self, args: argparse.Namespace, options: Sequence[str] = ("tp", "batch", "seq")) -> "CommandLine":
+        """The layer options (add_layer_arguments) of a layer-name target: --config always, the others when given;
+        nothing for a .dsir file."""
+        if args.target.endswith(".dsir"):
+            return self
+        self.option("--config", args.config)
+        for name in options:
+            self.option(f"--{name}", getattr(args, name, None))
+        return self
+
+    def __str__(self) -> str:
+        return " ".join(shlex.quote(w) for w in self.words)
 
 
 def emit(text: str, out: str | None) -> None:

@@ -113,7 +113,8 @@ def _flip_byte(text: str, rng: random.Random) -> str:
 
 def _nest(text: str, rng: random.Random) -> str:
     depth = rng.choice([20, 200, 2000])
-    return text.replace("ceil(T/8)", "(" * depth + "T" + ")" * depth, 1).replace("[T,", "[" + "(" * depth + "T" + ")" * depth + ",", 1)
+    nested = "(" * depth + "T" + ")" * depth
+    return text.replace("ceil(T/8)", nested, 1).replace("[T,", "[" + nested + ",", 1)
 
 
 def _long_expression(text: str, rng: random.Random) -> str:

@@ -24,7 +24,6 @@ from .ops import get_op
 from .ops.base import OpDef, format_attr_value
 from .types import DType, TensorType
 
-
 _NAME, _TYPE = attrgetter("name"), attrgetter("type")
 _WALK_LIMIT = 64       # Graph.reaches: nodes walked before it asks Graph.ancestors
 _IMMUTABLE_TYPES = frozenset({int, float, bool, str, type(None), DType, Const, Sym, BinOp, Call})

@@ -1,9 +1,9 @@
-"""Seeded sample inputs for a graph: what the numeric checks (passes --check-numerics) run on.
+"""Seeded random inputs for any graph: what the numeric checks (passes --check-numerics) run on, unless the
+graph is a registered layer's (then runner.sample_inputs gives it the golden's inputs instead).
 
 `sample_inputs(g, seed)` returns a name → array dict, or a list of them (one per rank) when the graph runs
-on several ranks (attribute `ranks`, else `tp`). A layer graph (attribute `layer` naming a registered layer)
-gets `dspark_ir.layers.layer_inputs(g, seed)`, the same inputs as the goldens. Any other graph gets, per
-parameter and independently of the other parameters (the generator is keyed by seed, rank and name):
+on several ranks (attribute `ranks`, else `tp`). Each parameter gets, independently of the other parameters
+(the generator is keyed by seed, rank and name):
 * floats: standard normal values, rounded to the parameter's dtype (bf16, fp16, fp8 round-to-nearest);
 * bool: fair coin flips;
 * i8: integers in [-8, 8);
@@ -33,25 +33,9 @@ class SampleError(DsparkError):
 
 
 def sample_inputs(g: Graph, seed: int = 0) -> dict[str, Any] | list[dict[str, Any]]:
-    layer_inputs = _layer_inputs_fn(g)
-    if layer_inputs is not None:
-        return layer_inputs(g, seed)
     ranks = rank_count(g)
     per_rank = [_rank_inputs(g, seed, r) for r in range(ranks)]
     return per_rank if ranks > 1 else per_rank[0]
-
-
-def _layer_inputs_fn(g: Graph):
-    layer = g.attributes.get("layer")
-    if not layer:
-        return None
-    try:
-        from . import layers
-    except ImportError:
-        return None
-    if layer not in getattr(layers, "LAYER_NAMES", ()):
-        return None
-    return getattr(layers, "layer_inputs", None)
 
 
 def _rank_inputs(g: Graph, seed: int, rank: int) -> dict[str, Any]:

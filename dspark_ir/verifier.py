@@ -3,11 +3,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from .dims import Dim
-from .errors import DsparkError, ShapeError, VerifyError
+from .errors import ShapeError, VerifyError
 from .graph import Graph, Node, Value, infer_types
 from .types import TensorType
-
 
 GraphCheck = Callable[[Graph], Iterable[VerifyError]]
 GRAPH_CHECKS: list[GraphCheck] = []

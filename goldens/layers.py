@@ -22,9 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import (attend, csa_compressed_rows, derotate_pack, even_tiles, gather_keys, hca_compressed_rows,
-                        sparse_window, swa_window, work_rows)
-from .compressor import (Entry, compress_step, compressor_weights, csa_spec, hca_spec, indexer_spec)
+from .attention import (
+    attend,
+    csa_compressed_rows,
+    derotate_pack,
+    even_tiles,
+    gather_keys,
+    hca_compressed_rows,
+    sparse_window,
+    swa_window,
+    work_rows,
+)
+from .compressor import Entry, compress_step, compressor_weights, csa_spec, hca_spec, indexer_spec
 from .config import ModelConfig, tiles_for
 from .hc import hc_post, hc_pre
 from .indexer import indexer_topk, write_index_cache

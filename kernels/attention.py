@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above.
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above.
 # * swa_cache_insert_valid_bias: the row insert is a `pypto.loop` over tokens that reads the slot as a
 #   runtime scalar (`slot_mapping[t]`, GetTensorData) and assembles the kv row at [slot, 0] only
 #   `if slot >= 0`: −1 is skipped and, iterations running in token order, the later token wins a duplicate
@@ -24,19 +24,23 @@ from __future__ import annotations
 #   right). A group past the last row is moved back to end there (rewriting rows of an earlier group with the
 #   same values; no `if` per token: pypto's compile time grows with the body's paths, > 10 min for 16 tokens),
 #   partial only when rows < n.
-# * qk_pv: kernels/attn_pto.py `_PtoWindowAttn` (2-D cube matmuls on in-place 2-D reshapes of q and kv_rows,
+# * qk_pv: kernels/attention_blocks.py `PtoWindowAttn` (2-D cube matmuls on in-place 2-D reshapes of q and kv_rows,
 #   key-major sᵀ = K·qᵀ so m, l come out as rows; token pairs share one q·Kᵀ task when the window is one tile),
 #   one k_tile of the token's window rows at a time, valid where index ≥ 0 and bias ≥ 0, the reference's
 #   mask/exp order, l in numpy's pairwise order, the tiles merged in order. The matmuls accumulate in f32 where
 #   the reference rounds an f64 sum once, so s, m, l, o agree to f32 rounding (not bitwise).
-# * merge_norm: kernels/attn_pto.py `_PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
+# * merge_norm: kernels/attention_blocks.py `PtoGroupMerge` (one task per head group and block of 32 tokens, static T):
 #   o / (l + exp(sink − m)) in f32, the inverse RoPE partner r[j ^ 1] by `pypto.gather` with an in-kernel swap
 #   index, one bf16 rounding, each head assembled straight into its place of the group-major pack. Bitwise the
 #   reference's on CPU except where the calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on
 #   rare points).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr  # noqa: E402
-from .attn_pto import _PtoGroupMerge, _PtoWindowAttn  # noqa: E402
-from .qkv import _PtoBlock, _pto_scope, _pto_set_tile  # noqa: E402
+from dspark_ir.ops.attention import (MergeNorm, QkPv, SwaCacheInsertValidBias, SwaCacheWriteback, SwaGatherKv,
+                                     SwaValidBias)
+
+from .attention_blocks import PtoGroupMerge, PtoWindowAttn
+from .pto import KernelSpec, RowLoop, Src, cast_expr
+from .registry import template
+from .vector import PtoBlock, pto_scope, pto_set_tile
 
 _PTO_NEG_INF_ATTN = -1.0e20
 
@@ -47,7 +51,7 @@ def pto_scatter_slots(src: Src, kv, slots, cache, loop_name: str) -> None:
     d = kv.shape[1]
     n = f"{slots.name}.shape[0]" if slots.is_dynamic(0) else str(slots.shape[0])
     src(f"tokens = {n}")
-    _pto_set_tile(src, [1, d])
+    pto_set_tile(src, [1, d])
     with src.block(f'for t in pypto.loop(0, tokens, 1, name="{loop_name}", idx_name="t"):'):
         src(f"slot = {slots.name}[t]")
         with src.block("if slot >= 0:"):
@@ -58,18 +62,19 @@ def pto_valid_bias_rows(src: Src, lens, bias, window: int) -> None:
     """Emit the valid bias: per token row, 0 for window columns < lens[t], the attention mask value (−1e20) beyond,
     in row blocks of 32 tokens, one subgraph per block (the bias is small)."""
     loop = RowLoop(src, lens, 32)
-    blk = _PtoBlock(loop, lens)
+    blk = PtoBlock(loop, lens)
     br = blk.rows
     with loop.loop():
-        _pto_scope(src, 1)
-        _pto_set_tile(src, [br, max(window, 8)])
+        pto_scope(src, 1)
+        pto_set_tile(src, [br, max(window, 8)])
         src(f"lf = {blk.reshape(cast_expr(loop.view(lens), lens.dtype, 'f32'), [br, 1])}")
         src(f"cols = pypto.reshape(pypto.cast(pypto.arange({window}), pypto.DT_FP32), [1, {window}])")
         src(f"b = pypto.where(pypto.lt(cols, lf), 0.0, {_PTO_NEG_INF_ATTN!r})")
         loop.store("b", bias)
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
 
 
+@template(SwaCacheInsertValidBias)
 def pypto_swa_cache_insert_valid_bias(spec: KernelSpec) -> str:
     kv, _cache_in, slots, lens = spec.operands
     cache, bias = spec.results
@@ -84,6 +89,7 @@ _PTO_GATHER_TASK_ELEMS = 4 * 128 * 512  # rows one gather task writes: 4 flash t
 _PTO_GATHER_TASKS_PER_ITER = 4
 
 
+@template(SwaGatherKv)
 def pypto_swa_gather_kv(spec: KernelSpec) -> str:
     cache, idx = spec.operands
     out = spec.results[0]
@@ -105,24 +111,25 @@ def pypto_swa_gather_kv(spec: KernelSpec) -> str:
         for j in range(groups):
             src(f"r = pypto.max(pypto.min(blk * {step} + {j * n}, rows - {n}), 0)")  # (see above)
             src(f"valid = pypto.min(rows - r, {n})")
-            _pto_scope(src, j + 1)
-            _pto_set_tile(src, [n, window])
+            pto_scope(src, j + 1)
+            pto_set_tile(src, [n, window])
             src(f"iv = pypto.view({idx.name}, [{n}, {window}], [r, 0], valid_shape=[valid, {window}])")
             src("ci = pypto.maximum(iv, 0)")
-            _pto_set_tile(src, [n, window, 8])
+            pto_set_tile(src, [n, window, 8])
             src(f"ok = pypto.reshape({cast_expr('iv', idx.dtype, 'f32')}, [{n}, {window}, 1], "
                 f"valid_shape=[valid, {window}, 1])")
-            _pto_set_tile(src, [n, window, d_tile])  # the whole index block in one tile (see above)
+            pto_set_tile(src, [n, window, d_tile])  # the whole index block in one tile (see above)
             src(f"g = pypto.index_select({cache.name}, 0, ci)")
             where = f"pypto.where(pypto.ge(ok, 0.0), {cast_expr('g', cache.dtype, 'f32')}, 0.0)"
             src(f"y = {cast_expr(where, 'f32', out.dtype)}")
             src(f"pypto.assemble(y, [r, 0, 0], {out.name})")
-            _pto_scope(src, -1)
+            pto_scope(src, -1)
     return src.text()
 
 
+@template(QkPv)
 def pypto_qk_pv(spec: KernelSpec) -> str:
-    spec = spec.static()  # see _PtoWindowAttn
+    spec = spec.static()  # see PtoWindowAttn
     q, rows, bias, idx = spec.operands
     k_tile = int(spec.attrs.get("k_tile") or rows.shape[1])
     src = Src(spec.signature())
@@ -131,19 +138,20 @@ def pypto_qk_pv(spec: KernelSpec) -> str:
         ix = cast_expr(f"pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])", idx.dtype, "f32")
         src(f"vr = pypto.where(pypto.ge({ix}, 0.0), pypto.view({bias.name}, [{r}, {n}], [{tok}, {a}]), -1.0)")
 
-    _PtoWindowAttn(src, q, rows, spec.results, k_tile, float(spec.attrs["scale"]), valid_row).emit()
+    PtoWindowAttn(src, q, rows, spec.results, k_tile, float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
 
 
+@template(MergeNorm)
 def pypto_merge_norm(spec: KernelSpec) -> str:
-    spec = spec.static()  # see _PtoGroupMerge
+    spec = spec.static()  # see PtoGroupMerge
     m, l, o, sink, cos_il, sin_signed = spec.operands
     out = spec.results[0]
     ntok, heads, hd = o.shape
     src = Src(spec.signature())
     src(f"o2 = pypto.reshape({o.name}, [{ntok}, {heads * hd}], inplace=True)")
     src(f"sink2 = pypto.reshape({sink.name}, [1, {heads}], inplace=True)")
-    mg = _PtoGroupMerge(src, ntok, heads, hd, int(spec.attrs["o_groups"]))
+    mg = PtoGroupMerge(src, ntok, heads, hd, int(spec.attrs["o_groups"]))
     with mg.blocks():
         mg.load_state(mg.cols(m.name), mg.cols(l.name))
         mg.denominator("sink2")
@@ -155,14 +163,9 @@ def pypto_merge_norm(spec: KernelSpec) -> str:
     return src.text()
 
 
-PYPTO_TEMPLATES = {
-    "swa_cache_insert_valid_bias": pypto_swa_cache_insert_valid_bias, "swa_gather_kv": pypto_swa_gather_kv,
-    "qk_pv": pypto_qk_pv, "merge_norm": pypto_merge_norm,
-}
-
-
 # The two halves of the fused task, produced by the split-writeback-bias pass: the same code as the fused
 # template's insert loop and bias blocks (bitwise the same as the fused op's, which its tests check).
+@template(SwaCacheWriteback)
 def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
     kv, _cache_in, slots = spec.operands
     (cache,) = spec.results
@@ -171,6 +174,7 @@ def pypto_swa_cache_writeback(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(SwaValidBias)
 def pypto_swa_valid_bias(spec: KernelSpec) -> str:
     (lens,) = spec.operands
     (bias,) = spec.results
@@ -178,6 +182,3 @@ def pypto_swa_valid_bias(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     pto_valid_bias_rows(src, lens, bias, window)
     return src.text()
-
-
-PYPTO_TEMPLATES.update({"swa_cache_writeback": pypto_swa_cache_writeback, "swa_valid_bias": pypto_swa_valid_bias})

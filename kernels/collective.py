@@ -3,19 +3,20 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
-from .window_release import pypto_window_copy_out  # noqa: E402
+from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
 
-PYPTO_TEMPLATES = {"window_copy_out": pypto_window_copy_out}
+from .registry import template, unsupported
+from .window_release import pypto_window_copy_out
 
-# o_group_a2a and tp_o_reduce_scatter are cross-rank rendezvous collectives: no template (PYPTO_UNSUPPORTED).
+# o_group_a2a and tp_o_reduce_scatter are cross-rank rendezvous collectives: no template (declared `unsupported`).
 _PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, which "
                    "compile but SIGSEGV in the CPU cost-model simulation and which the host calculator cannot "
                    "interpret (no numbers on CPU); the lowering runs collective tasks on numpy")
-PYPTO_UNSUPPORTED = {
-    "o_group_a2a": "rendezvous all-to-all: puts this rank's O groups into every peer's exchange window, then "
-                   "barrier 1; " + _PTO_CROSS_RANK + ". The layers emit it only at TP > 1 (TP1 uses the local O "
-                   "path), so there is no one-rank instance to template",
-    "tp_o_reduce_scatter": "rendezvous reduce-scatter: every peer's f32 partial rows of this rank, summed over ranks "
-                           "in ascending order, then one rounding; " + _PTO_CROSS_RANK + ". The layers emit it "
-                           "only at TP > 1, so there is no one-rank instance to template",
-}
+unsupported(OGroupA2A, "rendezvous all-to-all: puts this rank's O groups into every peer's exchange window, then "
+                       "barrier 1; " + _PTO_CROSS_RANK + ". The layers emit it only at TP > 1 (TP1 uses the local O "
+                       "path), so there is no one-rank instance to template")
+unsupported(TpOReduceScatter, "rendezvous reduce-scatter: every peer's f32 partial rows of this rank, summed over "
+                              "ranks in ascending order, then one rounding; " + _PTO_CROSS_RANK + ". The layers emit "
+                              "it only at TP > 1, so there is no one-rank instance to template")
+
+template(WindowCopyOut)(pypto_window_copy_out)

@@ -1,10 +1,10 @@
 """pypto 0.2.0 templates of the compressor kernel family (the ops' numpy semantics: dspark_ir/semantics/compressor.py)."""
 from __future__ import annotations
 
-from dspark_ir.semantics.compressor import FP32_NEG_INF
+from typing import NamedTuple
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above. Two pypto 0.2.0
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above. Two pypto 0.2.0
 # idioms for the data-dependent parts (positions, ring tables, slot mappings), both verified on CPU (full mode,
 # pass-verify clean):
 # * runtime scalars: int32 inputs read as scalars (`positions[t]`, `table[b, i]`: GetTensorData), scalar
@@ -20,36 +20,17 @@ from dspark_ir.semantics.compressor import FP32_NEG_INF
 # first core task by ~3 µs (so the templates reshape local tensors instead).
 # `pypto.full` with a SymbolicScalar value is NOT computed on CPU (it reads 0), and a view of a local tensor at a
 # loop-variable offset is copied piecewise (tens of tasks): neither is used for masks.
-# Shared helpers of the compressor / indexer / top-k-bypass templates (kernels.indexer and kernels.topk_bypass
-# import them); the row-norm and RoPE pieces come from kernels.qkv (numpy's pairwise mean order, pair swap by
-# data movement).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile  # noqa: E402
-from .oproj import _pto_cube_shapes_spread  # noqa: E402
-from .qkv import (_PtoBlock, _pto_align, _pto_block_loops, _pto_rms_norm_block, _pto_rope_rows,  # noqa: E402
-                  _pto_scope, _pto_set_tile)
+# The helpers shared with the indexer / top-k-bypass templates (ramp, column views, token tables) and the
+# row-norm and RoPE pieces (numpy's pairwise mean order, pair swap by data movement) are in kernels/vector.py.
+from dspark_ir.ops.compressor import (CmpKvHadamard, CmpKvScoreProj, CmpRmsnormRope, CmpRmsnormRopeCacheWrite,
+                                      CmpScatterSoftmaxPool, IdxKvCacheWrite, RopeGatherRows, RopeInterleave,
+                                      RopeSwapIdx)
 
-_PTO_NEG = float(FP32_NEG_INF)      # padding of score rows / empty state rows
-
-
-def _pto_tile(src: Src, shape, itemsize: int = 4) -> list[int]:
-    """Set (and return) a vector tile for a tensor of `shape` (32-byte last dim, ~16 KiB)."""
-    tile = vec_tile(tuple(int(s) for s in shape), itemsize)
-    _pto_set_tile(src, tile)
-    return tile
-
-
-def _pto_ramp(src: Src, n: int, name: str = "ramp") -> None:
-    """`name` = f32 [n] holding 0 … n−1 (1-D: a reshaped arange trips InferParamIndex's pass-verify)."""
-    _pto_set_tile(src, [max(8, min(n, 4096))])
-    src(f"{name} = pypto.cast(pypto.arange({n}), pypto.DT_FP32)")
-
-
-def _pto_cols_of(src: Src, ramp: str, start: str, width: int, name: str) -> None:
-    """`name` = f32 [1, width] holding start … start+width−1 (a view of the ramp). Leaves a [1, width] tile set."""
-    _pto_set_tile(src, [max(8, min(width, 4096))])
-    src(f"{name}_s = pypto.view({ramp}, [{width}], [{start}])")
-    _pto_set_tile(src, vec_tile((1, width), 4))
-    src(f"{name} = pypto.reshape({name}_s, [1, {width}])")
+from .cube import pto_cube_shapes_spread
+from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
+from .registry import template
+from .vector import (PTO_NEG_INF, PtoBlock, pto_align, pto_block_loops, pto_rms_norm_block, pto_rope_rows, pto_scope,
+                     pto_set_tile, pto_tile)
 
 
 def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag: str = "") -> tuple[str, str, str]:
@@ -69,12 +50,13 @@ def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag:
     return f"has{tag}", f"tsel{tag}", f"psel{tag}"
 
 
+@template(RopeSwapIdx)
 def pypto_rope_swap_idx(spec: KernelSpec) -> str:
     """j ^ 1 = j + 1 − 2·(j − 2·floor(j/2)) on an f32 arange (exact), cast to i32."""
     out = spec.results[0]
     rd = out.shape[0]
     src = Src(spec.signature())
-    _pto_set_tile(src, [max(rd, 8)] if rd <= 4096 else [4096])
+    pto_set_tile(src, [max(rd, 8)] if rd <= 4096 else [4096])
     src(f"j = pypto.cast(pypto.arange({rd}), pypto.DT_FP32)")
     src("odd = pypto.sub(j, pypto.mul(pypto.floor(pypto.mul(j, 0.5)), 2.0))")
     src("y = pypto.sub(pypto.add(j, 1.0), pypto.mul(odd, 2.0))")
@@ -85,6 +67,7 @@ def pypto_rope_swap_idx(spec: KernelSpec) -> str:
 _PTO_ROPE_ROWS = 32   # rows per forced subgraph of rope_interleave
 
 
+@template(RopeInterleave)
 def pypto_rope_interleave(spec: KernelSpec) -> str:
     """cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1] (− for even j): per block of R rows (one forced
     subgraph), the halves transposed to [half, R], placed side by side as [c | c] / [−s | s] ([half, 2R], which
@@ -98,27 +81,28 @@ def pypto_rope_interleave(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     for r0 in range(0, rows, _PTO_ROPE_ROWS):
         r = min(_PTO_ROPE_ROWS, rows - r0)
-        w = _pto_align(r, 8)
-        _pto_scope(src, 1 + r0 // _PTO_ROPE_ROWS)
-        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(half, 8)})")
+        w = pto_align(r, 8)
+        pto_scope(src, 1 + r0 // _PTO_ROPE_ROWS)
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(half, 8)})")
         for name, t in (("c", cos), ("s", sin)):
             src(f"{name}f = {cast_expr(f'pypto.view({t.name}, [{r}, {half}], [{r0}, 0])', t.dtype, 'f32')}")
         src(f"pypto.set_vec_tile_shapes({half}, {w})")
         src("ct = pypto.transpose(cf, 0, 1)")
         src("st = pypto.transpose(sf, 0, 1)")
-        src(f"pypto.set_vec_tile_shapes({half}, {_pto_align(2 * r, 8)})")
+        src(f"pypto.set_vec_tile_shapes({half}, {pto_align(2 * r, 8)})")
         src("cc = pypto.concat([ct, ct], -1)")
         src("ss = pypto.concat([pypto.neg(st), st], -1)")
         for name, target in (("cc", cos_il), ("ss", sin_signed)):
             src(f"pypto.set_vec_tile_shapes({rd}, {w})")
             src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
-            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd, 8)})")
+            src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd, 8)})")
             src(f"{name}o = {cast_expr(f'pypto.transpose({name}2, 0, 1)', 'f32', target.dtype)}")
             src(f"pypto.assemble({name}o, [{r0}, 0], {target.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
+@template(RopeGatherRows)
 def pypto_rope_gather_rows(spec: KernelSpec) -> str:
     """Per request b: p = positions[b·seq] (at = boundary: r·floor(p / r); a negative p reads row P + p like
     numpy's indexing), rows [B, half] of both tables at p: the first tokens' positions by `index_select` at
@@ -130,24 +114,25 @@ def pypto_rope_gather_rows(spec: KernelSpec) -> str:
     n_rows = cos_t.shape[0]
     seq, ratio = int(spec.attrs["seq"]), int(spec.attrs.get("ratio", 1))
     src = Src(spec.signature())
-    _pto_scope(src, 1)
-    _pto_set_tile(src, [max(batch, 8)])
+    pto_scope(src, 1)
+    pto_set_tile(src, [max(batch, 8)])
     src(f"tok = pypto.cast(pypto.cast(pypto.arange(0, {batch * seq}, {seq}), pypto.DT_FP32), {_PTO_I32})")
     src(f"pf = pypto.cast(pypto.index_select({pos.name}, 0, tok), pypto.DT_FP32)")
     if spec.attrs["at"] == "boundary" and ratio > 1:
         src(f"pf = pypto.mul({_pto_floor('pf', ratio, signed=True)}, {float(ratio)!r})")
     src(f"pi = pypto.cast(pypto.where(pypto.lt(pf, 0.0), pypto.add(pf, {float(n_rows)!r}), pf), {_PTO_I32})")
-    _pto_set_tile(src, [batch, _pto_align(half, 16 if cos.itemsize == 2 else 8)])
+    pto_set_tile(src, [batch, pto_align(half, 16 if cos.itemsize == 2 else 8)])
     for table, out in ((cos_t, cos), (sin_t, sin)):
         rows = f"pypto.index_select(pypto.view({table.name}, [{n_rows}, {half}], [0, 0]), 0, pi)"
         src(f"pypto.assemble({cast_expr(rows, table.dtype, out.dtype)}, [0, 0], {out.name})")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
     return src.text()
 
 
+@template(CmpKvScoreProj)
 def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
     """kvp = x @ wkv.T, scp = x @ wgate.T (cube, f32 accumulation): all rows in one loop iteration (every tile
-    task dispatched at once), the cube tiles of `_pto_cube_shapes_spread` (deep L1 k tiles, the output tile
+    task dispatched at once), the cube tiles of `pto_cube_shapes_spread` (deep L1 k tiles, the output tile
     that spreads the two products over the cube cores). Flash TP4 cost model (alone µs): HCA 42.9 → 24.0,
     CSA 80.4 → 33.6, CSA inner 42.9 → 20.8."""
     x, wkv, wgate = spec.operands
@@ -157,11 +142,11 @@ def pypto_cmp_kv_score_proj(spec: KernelSpec) -> str:
     loop = RowLoop(src, x, x.shape[0])
     br = loop.shape(x)[0]
     with loop.loop():
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes_spread(br, width, out_dim, x.dtype, matmuls=2)})")
+        src(f"pypto.set_cube_tile_shapes({pto_cube_shapes_spread(br, width, out_dim, x.dtype, matmuls=2)})")
         src(f"xa = {loop.view(x)}")
         src(f"kvb = pypto.matmul(xa, {wkv.name}, pypto.DT_FP32, b_trans=True)")
         src(f"scb = pypto.matmul(xa, {wgate.name}, pypto.DT_FP32, b_trans=True)")
-        _pto_tile(src, (br, out_dim))
+        pto_tile(src, (br, out_dim))
         loop.store("kvb", kv)
         loop.store("scb", score)
     return src.text()
@@ -181,25 +166,17 @@ def _pto_floor(x: str, d: int, signed: bool = False) -> str:
     return f"pypto.sub({q}, {float(off)!r})" if off else q
 
 
-def _pto_token_table_rows(src: Src, table, batch: int, seq: int) -> None:
-    """`tbt` = f32 [batch·seq, pages]: every token's copy of its request's block-table row (for a gather by page)."""
-    pages = table.shape[1]
-    t_n = batch * seq
-    _pto_set_tile(src, [batch, max(pages, 8)])
-    src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
-    _pto_set_tile(src, [batch, seq, max(pages, 8)])
-    src(f"tb3 = pypto.expand_clone(pypto.reshape(tbf, [{batch}, 1, {pages}]), [{batch}, {seq}, {pages}])")
-    src(f"tbt = pypto.reshape(tb3, [{t_n}, {pages}])")
-
-
-def _pto_arange(src: Src, n: int, name: str) -> None:
-    """`name` = f32 [1, n] holding 0 … n−1 (built under a 1-D tile: a rank-2 tile mis-lowers arange)."""
-    _pto_set_tile(src, [max(8, min(n, 4096))])
+def _pto_arange(src: Src, n: int, name: str) -> str:
+    """`name` = f32 [1, n] holding 0 … n−1 (built under a 1-D tile: a rank-2 tile mis-lowers arange); returns
+    `name`."""
+    pto_set_tile(src, [max(8, min(n, 4096))])
     src(f"{name}1 = pypto.cast(pypto.arange({n}), pypto.DT_FP32)")
-    _pto_set_tile(src, vec_tile((1, n), 4))
+    pto_set_tile(src, vec_tile((1, n), 4))
     src(f"{name} = pypto.reshape({name}1, [1, {n}])")
+    return name
 
 
+@template(CmpScatterSoftmaxPool)
 def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     """Vectorised over tokens and requests (static T), integer arithmetic in f32 (< 2^23, exact); a handful of
     forced subgraphs (each pypto task costs dispatch and ~1.4 k cycles per copy-in).
@@ -222,28 +199,30 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     width = state.shape[1]
     src = Src(spec.signature())
     # ---- per token: its state row, validity and winner; then the scatter (one forced subgraph)
-    _pto_scope(src, 1)
-    _pto_token_rows(src, spec)
-    _pto_set_tile(src, [t_n, 8])
-    src("effc = pypto.transpose(effr, 0, 1)")
+    pto_scope(src, 1)
+    tok = _pto_token_rows(src, spec)
+    pto_set_tile(src, [t_n, 8])
+    src(f"effc = pypto.transpose({tok.row_or_zero}, 0, 1)")
     sq = vec_tile((t_n, t_n), 4)
-    _pto_set_tile(src, sq)
+    pto_set_tile(src, sq)
     # the winner of token t: the last valid token with t's row (−1: none), and its ape row
-    src(f"mc = pypto.eq(pypto.expand_clone(effc, [{t_n}, {t_n}]), pypto.expand_clone(rowvr, [{t_n}, {t_n}]))")
-    src(f"winc = pypto.amax(pypto.where(mc, pypto.expand_clone(tidr, [{t_n}, {t_n}]), -1.0), -1, keepdim=True)")
-    _pto_set_tile(src, [t_n, 8])
+    src(f"mc = pypto.eq(pypto.expand_clone(effc, [{t_n}, {t_n}]), "
+        f"pypto.expand_clone({tok.row_or_neg}, [{t_n}, {t_n}]))")
+    src(f"winc = pypto.amax(pypto.where(mc, pypto.expand_clone({tok.index}, [{t_n}, {t_n}]), -1.0), -1, "
+        "keepdim=True)")
+    pto_set_tile(src, [t_n, 8])
     src("wc = pypto.maximum(winc, 0.0)")
     src("hasw = pypto.ge(winc, 0.0)")
     src(f"wci = pypto.cast(wc, {_PTO_I32})")
-    _pto_set_tile(src, sq)
-    src(f"awc = pypto.gather(pypto.expand_clone(amodr, [{t_n}, {t_n}]), 1, wci)")
-    _pto_set_tile(src, [t_n, 8])
+    pto_set_tile(src, sq)
+    src(f"awc = pypto.gather(pypto.expand_clone({tok.amod}, [{t_n}, {t_n}]), 1, wci)")
+    pto_set_tile(src, [t_n, 8])
     src(f"awi = pypto.cast(awc, {_PTO_I32})")
-    _pto_set_tile(src, [max(t_n, 8)])
+    pto_set_tile(src, [max(t_n, 8)])
     src(f"widx = pypto.reshape(wci, [{t_n}])")
     src(f"aidx = pypto.reshape(awi, [{t_n}])")
-    _pto_set_tile(src, [1, max(t_n, 8)])
-    src(f"ridx = pypto.cast(effr, {_PTO_I32})")
+    pto_set_tile(src, [1, max(t_n, 8)])
+    src(f"ridx = pypto.cast({tok.row_or_zero}, {_PTO_I32})")
     # A scatter_update tile spans whole rows and is staged through UB, and one whose source rows span several
     # tiles keeps only one tile's rows after ExpandFunction (pass-verify FAILS): chained calls of ≤ 32 KiB of
     # rows, each source in one tile (duplicates carry identical data, so the chunking cannot reorder a result).
@@ -257,7 +236,7 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     src(f"fbs = pypto.view({state_in.name}, [1, {out_dim}], [0, {out_dim}])")
     by_rows = chunk % 8 != 0 and t_n % chunk == 0
     if by_rows:
-        _pto_set_tile(src, [t_n // chunk, 8])
+        pto_set_tile(src, [t_n // chunk, 8])
         src(f"ridx = pypto.reshape(ridx, [{t_n // chunk}, {chunk}])")
 
     def chunk_rows(a: int, n: int) -> str:
@@ -267,15 +246,15 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     cur = state.name  # in place: the state output starts as state_in (the caller passes one buffer)
     for a in range(0, t_n, chunk):
         n = min(chunk, t_n - a)
-        _pto_set_tile(src, [max(n, 8)])
+        pto_set_tile(src, [max(n, 8)])
         src(f"wi = pypto.view(widx, [{n}], [{a}])")
         src(f"ai = pypto.view(aidx, [{n}], [{a}])")
-        _pto_set_tile(src, [n, out_dim])
+        pto_set_tile(src, [n, out_dim])
         src(f"hw = pypto.view(hasw, [{n}, 1], [{a}, 0])")
         src(f"kvw = pypto.where(hw, pypto.index_select({kv.name}, 0, wi), fbk)")
         src(f"scw = pypto.where(hw, pypto.add(pypto.index_select({sc.name}, 0, wi), "
             f"pypto.index_select({ape.name}, 0, ai)), fbs)")
-        _pto_set_tile(src, [n, width])
+        pto_set_tile(src, [n, width])
         src("dat = pypto.concat([kvw, scw], -1)")
         call = f"pypto.scatter_update({cur}, -2, {chunk_rows(a, n)}, dat)"
         if a + n < t_n:
@@ -283,7 +262,7 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
             cur = f"st{a}"
         else:
             src(f"{state.name}[:] = {call}")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
     tiles = _pto_request_tiles(spec)
     if tiles is None:
         _pto_pool_windows(src, spec)
@@ -300,47 +279,66 @@ def pypto_cmp_scatter_softmax_pool(spec: KernelSpec) -> str:
     return src.text()
 
 
-def _pto_token_rows(src: Src, spec: KernelSpec) -> None:
-    """Every token's state row (`row` = table[t // seq, (p // BS) % pages]·BS + p % BS with p = max(pos, 0)),
-    validity (pos ≥ 0 and the page mapped), `rowvr` (row, else −1), `effr` (row, else 0), `amodr` (p % r) and
-    `tidr` (t), as f32 rows [1, T]."""
+class _TokenRows(NamedTuple):
+    """Names of the per-token f32 rows [1, T] defined by `_pto_token_rows_of`."""
+
+    index: str          # t
+    row: str            # the state row table[t // seq, (p // BS) % pages]·BS + p % BS, p = max(pos, 0)
+    row_or_neg: str     # row where valid (pos ≥ 0 and the page mapped), else −1
+    row_or_zero: str    # row where valid, else 0
+    amod: str           # p % r
+
+
+def _pto_token_rows(src: Src, spec: KernelSpec) -> _TokenRows:
+    """Every token's state row and validity (see `_TokenRows`), from the op's table and positions."""
     table, pos = spec.operands[4:6]
     batch, pages = table.shape
     t_n = pos.shape[0]
-    _pto_arange(src, t_n, "tidr")
-    _pto_set_tile(src, [batch, max(pages, 8)])
+    index = _pto_arange(src, t_n, "tidr")
+    pto_set_tile(src, [batch, max(pages, 8)])
     src(f"tbf = {cast_expr(table.name, table.dtype, 'f32')}")
-    _pto_set_tile(src, [1, max(batch * pages, 8)])
+    pto_set_tile(src, [1, max(batch * pages, 8)])
     src(f"tabf = pypto.reshape(tbf, [1, {batch * pages}])")
-    _pto_set_tile(src, [max(t_n, 8)])
+    pto_set_tile(src, [max(t_n, 8)])
     src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
-    _pto_token_rows_of(src, spec, t_n)
+    return _pto_token_rows_of(src, spec, t_n, index, "pf1", "tabf")
 
 
-def _pto_token_rows_of(src: Src, spec: KernelSpec, t_n: int) -> None:
-    """`_pto_token_rows` of t_n tokens from `tidr` (their index), `pf1` (positions, f32 [t_n]) and `tabf` (their
-    requests' table rows, flat f32 [1, ·])."""
+def _pto_token_rows_of(src: Src, spec: KernelSpec, t_n: int, index: str, positions: str,
+                       flat_table: str) -> _TokenRows:
+    """`_pto_token_rows` of t_n tokens from `index` (their index, f32 [1, t_n]), `positions` (f32 [t_n]) and
+    `flat_table` (their requests' table rows, flat f32 [1, ·]). Also writes the temporaries pfr … pg."""
     ratio, bs, seq = int(spec.attrs["ratio"]), int(spec.attrs["block_size"]), int(spec.attrs["seq"])
     pages = spec.operands[4].shape[1]
-    _pto_set_tile(src, [1, max(t_n, 8)])
-    src(f"pfr = pypto.reshape(pf1, [1, {t_n}])")
+    pto_set_tile(src, [1, max(t_n, 8)])
+    src(f"pfr = pypto.reshape({positions}, [1, {t_n}])")
     src("pc = pypto.maximum(pfr, 0.0)")
     src(f"pq = {_pto_floor('pc', bs)}")
     src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
     src(f"prem = pypto.sub(pc, pypto.mul(pq, {float(bs)!r}))")
     src(f"amodr = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
-    src(f"fidx = pypto.cast(pypto.add(pypto.mul({_pto_floor('tidr', seq)}, {float(pages)!r}), pcol), {_PTO_I32})")
-    src("pg = pypto.gather(tabf, 1, fidx)")
+    src(f"fidx = pypto.cast(pypto.add(pypto.mul({_pto_floor(index, seq)}, {float(pages)!r}), pcol), {_PTO_I32})")
+    src(f"pg = pypto.gather({flat_table}, 1, fidx)")
     src("ok = pypto.where(pypto.ge(pfr, 0.0), pypto.where(pypto.ge(pg, 0.0), 1.0, 0.0), 0.0)")
     src(f"row = pypto.add(pypto.mul(pg, {float(bs)!r}), prem)")
     src("rowvr = pypto.where(pypto.ge(ok, 0.5), row, -1.0)")
     src("effr = pypto.where(pypto.ge(ok, 0.5), row, 0.0)")
+    return _TokenRows(index, "row", "rowvr", "effr", "amodr")
 
 
-def _pto_request_entries(src: Src, spec: KernelSpec, b0: str, nb: int) -> None:
-    """Requests [b0, b0 + nb): `tbf` (their table rows, f32 [nb, pages]), the pooling token (first with
-    (pos+1) % r == 0: amin of the flagged token indices), `has` (1 with an entry, f32 [nb, 1]) and `j0` (the
-    window's first position: r·floor(pos / r), less r with the overlap)."""
+class _RequestEntries(NamedTuple):
+    """Names defined by `_pto_request_entries` for requests [b0, b0 + nb)."""
+
+    table: str          # their table rows, f32 [nb, pages]
+    positions: str      # their tokens' positions, f32 [nb·seq]
+    has: str            # 1 with an entry, f32 [nb, 1]
+    j0: str             # the window's first position: r·floor(pos / r), less r with the overlap, f32 [nb, 1]
+
+
+def _pto_request_entries(src: Src, spec: KernelSpec, b0: str, nb: int) -> _RequestEntries:
+    """Requests [b0, b0 + nb): their table rows and positions in f32, the pooling token (first with
+    (pos+1) % r == 0: amin of the flagged token indices), whether it exists and the window's first position
+    (see `_RequestEntries`)."""
     table, pos = spec.operands[4], spec.operands[5]
     ratio = int(spec.attrs["ratio"])
     overlap, seq = bool(spec.attrs["overlap"]), int(spec.attrs["seq"])
@@ -348,47 +346,57 @@ def _pto_request_entries(src: Src, spec: KernelSpec, b0: str, nb: int) -> None:
     whole = nb == batch
     tab = table.name if whole else f"pypto.view({table.name}, [{nb}, {pages}], [{b0}, 0])"
     posv = pos.name if whole else f"pypto.view({pos.name}, [{nb * seq}], [{b0} * {seq}])"
-    _pto_set_tile(src, [nb, max(pages, 8)])
+    pto_set_tile(src, [nb, max(pages, 8)])
     src(f"tbf = {cast_expr(tab, table.dtype, 'f32')}")
-    _pto_set_tile(src, [max(nb * seq, 8)])
+    pto_set_tile(src, [max(nb * seq, 8)])
     src(f"pf1 = {cast_expr(posv, pos.dtype, 'f32')}")
-    _pto_set_tile(src, [nb, max(seq, 8)])
+    pto_set_tile(src, [nb, max(seq, 8)])
     src(f"pb = pypto.reshape(pf1, [{nb}, {seq}])")
     src("m1 = pypto.add(pb, 1.0)")
     src(f"fl = pypto.sub(m1, pypto.mul({_pto_floor('m1', ratio, signed=True)}, {float(ratio)!r}))")
     _pto_arange(src, seq, "si")
-    _pto_set_tile(src, [nb, max(seq, 8)])
+    pto_set_tile(src, [nb, max(seq, 8)])
     src(f"six = pypto.expand_clone(si, [{nb}, {seq}])")
     src(f"sel = pypto.amin(pypto.where(pypto.eq(fl, 0.0), six, {float(seq)!r}), -1, keepdim=True)")
     src(f"psel = pypto.sum(pypto.where(pypto.eq(six, pypto.expand_clone(sel, [{nb}, {seq}])), pb, 0.0), -1, "
         "keepdim=True)")
-    _pto_set_tile(src, [nb, 8])
+    pto_set_tile(src, [nb, 8])
     src(f"has = pypto.where(pypto.lt(sel, {float(seq)!r}), 1.0, 0.0)")
     src(f"j0 = pypto.sub(pypto.mul({_pto_floor('psel', ratio, signed=True)}, {float(ratio)!r}), "
         f"{float(ratio if overlap else 0)!r})")
+    return _RequestEntries("tbf", "pf1", "has", "j0")
 
 
-def _pto_window_rows(src: Src, spec: KernelSpec, b0: str, nb: int) -> None:
-    """Requests [b0, b0 + nb) (`_pto_request_entries`), their window rows request-major: `widx2` (i32
-    [nb, rows]: the physical state rows, the page by `pypto.gather` on the request's table row; 0 where invalid)
-    and `wok` (f32 [nb, rows]: 1 for a valid row; all 0 for a request without an entry, whose pool is then 0)."""
+class _WindowRows(NamedTuple):
+    """Names of a window's rows defined by `_pto_window_rows` (request-major, [nb, rows]) or `_pto_window_slots`
+    (slot-major, [1, rows·nb]: slot s = r·nb + b is window row r of request b)."""
+
+    index: str          # i32: the physical state rows, 0 where invalid
+    ok: str             # f32: 1 for a valid row; all 0 for a request without an entry (whose pool is then 0)
+    row: str            # f32: the physical state rows, whether valid or not
+
+
+def _pto_window_rows(src: Src, spec: KernelSpec, b0: str, nb: int) -> _WindowRows:
+    """Requests [b0, b0 + nb) (`_pto_request_entries`), their window rows request-major ([nb, rows]; the page by
+    `pypto.gather` on the request's table row)."""
     table = spec.operands[4]
     ratio = int(spec.attrs["ratio"])
     overlap, bs = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"])
     pages = table.shape[1]
     rows = (2 if overlap else 1) * ratio
-    _pto_request_entries(src, spec, b0, nb)
-    _pto_arange(src, rows, "wi")
-    _pto_set_tile(src, [nb, max(rows, 8)])
-    src(f"ws = pypto.add(pypto.expand_clone(j0, [{nb}, {rows}]), pypto.expand_clone(wi, [{nb}, {rows}]))")
+    req = _pto_request_entries(src, spec, b0, nb)
+    wi = _pto_arange(src, rows, "wi")
+    pto_set_tile(src, [nb, max(rows, 8)])
+    src(f"ws = pypto.add(pypto.expand_clone({req.j0}, [{nb}, {rows}]), pypto.expand_clone({wi}, [{nb}, {rows}]))")
     src("wc = pypto.maximum(ws, 0.0)")
     src(f"wq = {_pto_floor('wc', bs)}")
     src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
-    src(f"wpg = pypto.gather(tbf, 1, pypto.cast(wcol, {_PTO_I32}))")
-    src(f"wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.expand_clone(has, "
+    src(f"wpg = pypto.gather({req.table}, 1, pypto.cast(wcol, {_PTO_I32}))")
+    src(f"wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.expand_clone({req.has}, "
         f"[{nb}, {rows}]), 0.0), 0.0)")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src(f"widx2 = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
+    return _WindowRows("widx2", "wok", "wrow")
 
 
 def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
@@ -399,34 +407,34 @@ def _pto_pool_windows(src: Src, spec: KernelSpec) -> None:
     batch = spec.operands[4].shape[0]
     rows = (2 if overlap else 1) * ratio
     # ---- per request: pooling token, entry, window rows (one forced subgraph)
-    _pto_scope(src, 2)
-    _pto_window_rows(src, spec, "0", batch)
+    pto_scope(src, 2)
+    win = _pto_window_rows(src, spec, "0", batch)
     # the same, slot-major ([rows, B]): the layout of the pool's sums
-    _pto_set_tile(src, [max(rows, 8), max(batch, 8)])
-    src("widxt = pypto.transpose(widx2, 0, 1)")
-    src("wokt = pypto.transpose(wok, 0, 1)")
-    _pto_set_tile(src, [batch, rows, 8])
-    src(f"ok3 = pypto.reshape(wok, [{batch}, {rows}, 1])")
-    _pto_set_tile(src, [rows, batch, 8])
+    pto_set_tile(src, [max(rows, 8), max(batch, 8)])
+    src(f"widxt = pypto.transpose({win.index}, 0, 1)")
+    src(f"wokt = pypto.transpose({win.ok}, 0, 1)")
+    pto_set_tile(src, [batch, rows, 8])
+    src(f"ok3 = pypto.reshape({win.ok}, [{batch}, {rows}, 1])")
+    pto_set_tile(src, [rows, batch, 8])
     src(f"okt3 = pypto.reshape(wokt, [{rows}, {batch}, 1])")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
     # ---- the pool (see _PtoPool)
     halves = [(0, ratio, 0), (ratio, ratio, hd)] if overlap else [(0, ratio, 0)]
-    pool = _PtoPool(src, spec, halves)
+    pool = _PtoPool(src, spec, halves, _PoolWindows(win.index, "widxt", "ok3", "okt3"))
     cd = _pto_pool_chunk(batch, hd, _PTO_POOL_DEN_SLAB_ELEMS if rows >= _PTO_POOL_SPLIT_ROWS else
                          _PTO_POOL_SLAB_ELEMS)
     cp = _pto_pool_chunk(batch, cd, _PTO_POOL_SLAB_ELEMS)
     scope = 3
     for d0 in range(0, hd, cd):
-        _pto_scope(src, scope)
+        pto_scope(src, scope)
         mx, nd = pool.max_den(d0, cd, f"{d0 // cd}")
         for p0 in range(d0, d0 + cd, cp):
             if cp < cd:  # each Σ kv·w chunk its own subgraph
-                _pto_scope(src, -1)
+                pto_scope(src, -1)
                 scope += 1
-                _pto_scope(src, scope)
+                pto_scope(src, scope)
             pool.weighted_sum(p0, cp, mx, nd, p0 - d0, keep_e=cp == cd)
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
         scope += 1
 
 
@@ -460,10 +468,19 @@ def _pto_groups(blocks, size: int):
         yield run[0][0], sum(n for _r, n, _c in run), run
 
 
+class _PoolWindows(NamedTuple):
+    """Names of the window rows `_PtoPool` reads (0 validity for every row of a request without an entry)."""
+
+    index: str          # i32 [B, rows]: the physical state rows
+    index_t: str        # i32 [rows, B]: the same, slot-major
+    ok: str             # f32 [B, rows, 1]: validity
+    ok_t: str           # f32 [rows, B, 1]: the same, slot-major
+
+
 class _PtoPool:
-    """Emitter of the pool of cmp_scatter_softmax_pool from the written state, the window rows `widx2` [B, rows] /
-    `widxt` [rows, B] and their validity `ok3` [B, rows, 1] / `okt3` [rows, B, 1] (0 for every row of a request
-    without an entry: its pool is then Σ 0·w = 0, the reference's zero row), over a chunk of c channels. Rows are
+    """Emitter of the pool of cmp_scatter_softmax_pool from the written state, the window rows and their validity
+    (`_PoolWindows`: a request without an entry has no valid row, so its pool is Σ 0·w = 0, the reference's zero
+    row), over a chunk of c channels. Rows are
     read by `index_select` from the state (the front / back column halves of the ratio-4 overlap: a block never
     straddles them) and masked (kv 0 / score FP32_NEG_INF); the flags are read a few hundred at a time (a copy-in
     costs ~1.4 k cycles, a [.., 1] tensor pads to 32 bytes per flag in UB).
@@ -478,8 +495,8 @@ class _PtoPool:
        UB); a window of one block keeps its e. Steps 1–2 and 3 may run on different chunks (3 needs twice the
        live slabs): 3 then reads mx and nd back once."""
 
-    def __init__(self, src: Src, spec: KernelSpec, halves):
-        self.src, self.halves = src, halves
+    def __init__(self, src: Src, spec: KernelSpec, halves, windows: _PoolWindows):
+        self.src, self.halves, self.win = src, halves, windows
         self.state, self.pooled = spec.results
         self.out_dim = spec.operands[0].shape[1]
         self.batch = self.pooled.shape[0]
@@ -501,13 +518,13 @@ class _PtoPool:
             if b % group == 0:
                 g = min(group, batch - b)
                 src(f"pypto.set_vec_tile_shapes({g}, {rows}, 8)")
-                src(f"okr = pypto.ge(pypto.view(ok3, [{g}, {rows}, 1], [{b}, 0, 0]), 0.5)")
+                src(f"okr = pypto.ge(pypto.view({self.win.ok}, [{g}, {rows}, 1], [{b}, 0, 0]), 0.5)")
             parts = []
             for j, (r0, n, col) in enumerate(mblocks):
                 src(f"pypto.set_vec_tile_shapes(1, {n}, {c})")
                 src(f"sb = pypto.index_select({self.cols(c0, c, self.out_dim + col)}, 0, "
-                    f"pypto.view(widx2, [1, {n}], [{b}, {r0}]))")
-                src(f"msb = pypto.where(pypto.view(okr, [1, {n}, 1], [{b % group}, {r0}, 0]), sb, {_PTO_NEG!r})")
+                    f"pypto.view({self.win.index}, [1, {n}], [{b}, {r0}]))")
+                src(f"msb = pypto.where(pypto.view(okr, [1, {n}, 1], [{b % group}, {r0}, 0]), sb, {PTO_NEG_INF!r})")
                 src(f"mb{j} = pypto.amax(msb, 1, keepdim=True)")
                 parts.append(f"mb{j}")
             if len(parts) == 1:
@@ -564,18 +581,18 @@ class _PtoPool:
     def _gather(self, c0: int, c: int, r0: int, n: int, col: int, name: str) -> None:
         self.src(f"pypto.set_vec_tile_shapes({n}, {self.batch}, {c})")
         self.src(f"{name} = pypto.index_select({self.cols(c0, c, col)}, 0, "
-                 f"pypto.view(widxt, [{n}, {self.batch}], [{r0}, 0]))")
+                 f"pypto.view({self.win.index_t}, [{n}, {self.batch}], [{r0}, 0]))")
 
     def _flags(self, g0: int, g: int) -> None:
         self.src(f"pypto.set_vec_tile_shapes({g}, {self.batch}, 8)")
-        self.src(f"okc = pypto.ge(pypto.view(okt3, [{g}, {self.batch}, 1], [{g0}, 0, 0]), 0.5)")
+        self.src(f"okc = pypto.ge(pypto.view({self.win.ok_t}, [{g}, {self.batch}, 1], [{g0}, 0, 0]), 0.5)")
 
     def _ok(self, g0: int, r0: int, n: int) -> str:
         return f"pypto.view(okc, [{n}, {self.batch}, 1], [{r0 - g0}, 0, 0])"
 
     def _exp_score(self, c0: int, c: int, r0: int, n: int, col: int, cond: str) -> None:
         self._gather(c0, c, r0, n, self.out_dim + col, "sb")
-        self.src(f"msb = pypto.where({cond}, sb, {_PTO_NEG!r})")
+        self.src(f"msb = pypto.where({cond}, sb, {PTO_NEG_INF!r})")
         self.src(f"eb = pypto.exp(pypto.sub(msb, {self.mx}))")
 
     def _sub_rows(self, acc: str, terms: str, c: int, r0: int, n: int) -> None:
@@ -601,65 +618,82 @@ def _pto_pool_tile(src: Src, spec: KernelSpec, nb: int) -> None:
     step's tokens write (`_pto_window_news`), then `_PtoTilePool` per chunk of channels."""
     ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
     halves = [(0, ratio, 0), (ratio, ratio, hd)] if bool(spec.attrs["overlap"]) else [(0, ratio, 0)]
-    pool = _PtoTilePool(src, spec, nb, halves)
-    _pto_scope(src, 2)
-    _pto_window_slots(src, spec, nb)
-    _pto_window_news(src, spec, nb)
+    pto_scope(src, 2)
+    req, slots = _pto_window_slots(src, spec, nb)
+    pool = _PtoTilePool(src, spec, nb, halves, slots, _pto_window_news(src, spec, nb, req, slots))
     c = _pto_pool_chunk(nb, hd, _PTO_POOL_SLAB_ELEMS)
     for c0 in range(0, hd, c):
         pool.chunk(c0, c)
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
 
 
-def _pto_window_news(src: Src, spec: KernelSpec, nb: int) -> None:
+class _WindowNews(NamedTuple):
+    """Names defined by `_pto_window_news`: the window slots of a request tile that this step's tokens write."""
+
+    written: str        # bool [rows·nb, 1]: the slot's row is written this step
+    token: str          # i32 [1, rows·nb]: the token that writes it, counted from the tile's first
+    scores: str         # f32 [nt, OUT]: the tile's tokens' score rows plus their ape
+
+
+def _pto_window_news(src: Src, spec: KernelSpec, nb: int, req: _RequestEntries, slots: _WindowRows) -> _WindowNews:
     """Which window slots of requests [b0, b0 + nb) hold a row this step writes, so that their pool reads the
     state as the scatter leaves it without waiting for it: a slot's row is written by the last valid token of
     the tile with that row (`_pto_token_rows_of`; tokens of other requests never write the tile's pages), with
-    [kv | score + ape[pos % r]] of that token. `nwc` (bool [rows·nb, 1]), `nidx` (i32 [1, rows·nb]: the token,
-    counted from the tile's first) and `sn` (f32 [nt, OUT]: the tile's tokens' score rows plus their ape)."""
+    [kv | score + ape[pos % r]] of that token. `req` and `slots`: the tile's `_pto_window_slots`."""
     kv, sc, ape = spec.operands[:3]
     seq, out_dim = int(spec.attrs["seq"]), kv.shape[1]
     rows = (2 if bool(spec.attrs["overlap"]) else 1) * int(spec.attrs["ratio"])
     nt, n = nb * seq, rows * nb
-    _pto_arange(src, nt, "tidr")
-    _pto_token_rows_of(src, spec, nt)
-    _pto_set_tile(src, [max(nt, 8), 8])   # tokens × slots: the winner reduces over the rows into a [1, n] row
-    src("tidc = pypto.transpose(tidr, 0, 1)")
-    src("rowc = pypto.transpose(rowvr, 0, 1)")
-    _pto_set_tile(src, vec_tile((nt, n), 4))
+    index = _pto_arange(src, nt, "tidr")
+    tok = _pto_token_rows_of(src, spec, nt, index, req.positions, slots.flat_table)
+    pto_set_tile(src, [max(nt, 8), 8])   # tokens × slots: the winner reduces over the rows into a [1, n] row
+    src(f"tidc = pypto.transpose({tok.index}, 0, 1)")
+    src(f"rowc = pypto.transpose({tok.row_or_neg}, 0, 1)")
+    pto_set_tile(src, vec_tile((nt, n), 4))
     src(f"mn = pypto.eq(pypto.expand_clone(rowc, [{nt}, {n}]), "
-        f"pypto.expand_clone(pypto.where(pypto.ge(wok, 0.5), wrow, -2.0), [{nt}, {n}]))")
+        f"pypto.expand_clone(pypto.where(pypto.ge({slots.ok}, 0.5), {slots.row}, -2.0), [{nt}, {n}]))")
     src(f"wn = pypto.amax(pypto.where(mn, pypto.expand_clone(tidc, [{nt}, {n}]), -1.0), 0, keepdim=True)")
-    _pto_set_tile(src, [1, max(n, 8)])
+    pto_set_tile(src, [1, max(n, 8)])
     src(f"nidx = pypto.cast(pypto.maximum(wn, 0.0), {_PTO_I32})")
-    _pto_set_tile(src, [n, 8])
+    pto_set_tile(src, [n, 8])
     src("nwc = pypto.ge(pypto.transpose(wn, 0, 1), 0.0)")
-    _pto_set_tile(src, [1, max(nt, 8)])
-    src(f"ai = pypto.cast(amodr, {_PTO_I32})")
-    _pto_set_tile(src, vec_tile((1, nt, out_dim), 4))
+    pto_set_tile(src, [1, max(nt, 8)])
+    src(f"ai = pypto.cast({tok.amod}, {_PTO_I32})")
+    pto_set_tile(src, vec_tile((1, nt, out_dim), 4))
     src(f"ag = pypto.index_select({ape.name}, 0, ai)")
-    _pto_set_tile(src, vec_tile((nt, out_dim), 4))
+    pto_set_tile(src, vec_tile((nt, out_dim), 4))
     src(f"sn = pypto.add(pypto.view({sc.name}, [{nt}, {out_dim}], [b0 * {seq}, 0]), "
         f"pypto.reshape(ag, [{nt}, {out_dim}]))")
+    return _WindowNews("nwc", "nidx", "sn")
 
 
-def _pto_window_slots(src: Src, spec: KernelSpec, nb: int) -> None:
+class _WindowSlots(NamedTuple):
+    """`_WindowRows` of a request tile, slot-major, with what the tile pool and `_pto_window_news` read too."""
+
+    index: str          # i32 [1, rows·nb]: the physical state rows, 0 where invalid
+    ok: str             # f32 [1, rows·nb]: 1 for a valid row
+    row: str            # f32 [1, rows·nb]: the physical state rows
+    ok_col: str         # bool [rows·nb, 1]: `ok` as a column
+    flat_table: str     # f32 [1, nb·pages]: the tile's table rows, flat
+
+
+def _pto_window_slots(src: Src, spec: KernelSpec, nb: int) -> tuple[_RequestEntries, _WindowSlots]:
     """The window rows of requests [b0, b0 + nb) slot-major (slot s = r·nb + b: window row r of request b),
     like `_pto_window_rows` but computed per slot (the request's entry and table row by `pypto.gather` of
-    b = s mod nb): `sidx` (i32 [1, rows·nb], 0 where invalid) and `okc` (bool [rows·nb, 1])."""
+    b = s mod nb). Returns the tile's `_pto_request_entries` and its slots."""
     ratio, bs = int(spec.attrs["ratio"]), int(spec.attrs["block_size"])
     pages = spec.operands[4].shape[1]
     rows = (2 if bool(spec.attrs["overlap"]) else 1) * ratio
     n = rows * nb
-    _pto_request_entries(src, spec, "b0", nb)
-    _pto_set_tile(src, [max(nb, 8), 8])
-    src("j0r = pypto.transpose(j0, 0, 1)")
-    src("hasr = pypto.transpose(has, 0, 1)")
-    _pto_set_tile(src, [1, max(nb * pages, 8)])
-    src(f"tabf = pypto.reshape(tbf, [1, {nb * pages}])")
-    _pto_arange(src, n, "sl")
-    src(f"sr = {_pto_floor('sl', nb)}")
-    src(f"sq = pypto.sub(sl, pypto.mul(sr, {float(nb)!r}))")
+    req = _pto_request_entries(src, spec, "b0", nb)
+    pto_set_tile(src, [max(nb, 8), 8])
+    src(f"j0r = pypto.transpose({req.j0}, 0, 1)")
+    src(f"hasr = pypto.transpose({req.has}, 0, 1)")
+    pto_set_tile(src, [1, max(nb * pages, 8)])
+    src(f"tabf = pypto.reshape({req.table}, [1, {nb * pages}])")
+    sl = _pto_arange(src, n, "sl")
+    src(f"sr = {_pto_floor(sl, nb)}")
+    src(f"sq = pypto.sub({sl}, pypto.mul(sr, {float(nb)!r}))")
     src(f"sqi = pypto.cast(sq, {_PTO_I32})")
     src("ws = pypto.add(pypto.gather(j0r, 1, sqi), sr)")
     src("wc = pypto.maximum(ws, 0.0)")
@@ -669,22 +703,23 @@ def _pto_window_slots(src: Src, spec: KernelSpec, nb: int) -> None:
     src("wok = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), pypto.gather(hasr, 1, sqi), 0.0), 0.0)")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src(f"sidx = pypto.cast(pypto.where(pypto.ge(wok, 0.5), wrow, 0.0), {_PTO_I32})")
-    _pto_set_tile(src, [n, 8])
+    pto_set_tile(src, [n, 8])
     src("okc = pypto.ge(pypto.transpose(wok, 0, 1), 0.5)")
+    return req, _WindowSlots("sidx", "wok", "wrow", "okc", "tabf")
 
 
 class _PtoTilePool:
     """Emitter of the pool of one request tile (nb requests) in the subgraph that computed its window slots
-    (`sidx`, `okc`, `nwc`, `nidx`, `sn`): as `_PtoPool` (masking, the row max, both sums row after row as
-    subtractions of negated sums), on the state as the scatter leaves it (state_in, the rows this step writes
-    from the tokens), on rank-2 blocks (the cost model charges a rank-3 op per leading-dim slice): k window rows
-    of all nb requests are gathered as [k·nb, c] (slot-major: row r of request b at r·nb + b) and masked by a
-    [k·nb, 1] flag column (a rank-2 broadcast), then read as [k, nb·c] (the same UB tile: request b at columns
-    [b·c, (b+1)·c)), so that the row max and den broadcast as [1, nb·c] rows and every row of a sum is one
+    (`_WindowSlots`) and the rows this step writes into them (`_WindowNews`): as `_PtoPool` (masking, the row
+    max, both sums row after row as subtractions of negated sums), on the state as the scatter leaves it
+    (state_in, the rows this step writes from the tokens), on rank-2 blocks (the cost model charges a rank-3 op
+    per leading-dim slice): k window rows of all nb requests are gathered as [k·nb, c] (slot-major: row r of
+    request b at r·nb + b) and masked by a [k·nb, 1] flag column (a rank-2 broadcast), then read as [k, nb·c]
+    (the same UB tile: request b at columns [b·c, (b+1)·c)), so that the row max and den broadcast as [1, nb·c] rows and every row of a sum is one
     [1, nb·c] op for the whole tile."""
 
-    def __init__(self, src: Src, spec: KernelSpec, nb: int, halves):
-        self.src, self.nb, self.halves = src, nb, halves
+    def __init__(self, src: Src, spec: KernelSpec, nb: int, halves, slots: _WindowSlots, news: _WindowNews):
+        self.src, self.nb, self.halves, self.slots, self.news = src, nb, halves, slots, news
         kv, self.state_in = spec.operands[0], spec.operands[3]
         self.pooled = spec.results[1]
         self.out_dim = kv.shape[1]
@@ -698,12 +733,13 @@ class _PtoTilePool:
         self._row_max(c0, c)
         blocks = self._blocks(_PTO_POOL_TILE_BLOCK_ELEMS // w)
         for r0, n, col in blocks:
-            self._exp_score(c0, c, r0, n, col, self._flags("okc", r0, n), self._flags("nwc", r0, n))
+            ok, new = self._flags(self.slots.ok_col, r0, n), self._flags(self.news.written, r0, n)
+            self._exp_score(c0, c, r0, n, col, ok, new)
             self._sub_rows("nd", "eb", w, r0, n)
         for r0, n, col in blocks:  # the flags broadcast once for the score and kv
             src(f"pypto.set_vec_tile_shapes({n * nb}, {c})")
-            src(f"okb = pypto.expand_clone({self._flags('okc', r0, n)}, [{n * nb}, {c}])")
-            src(f"nwb = pypto.expand_clone({self._flags('nwc', r0, n)}, [{n * nb}, {c}])")
+            src(f"okb = pypto.expand_clone({self._flags(self.slots.ok_col, r0, n)}, [{n * nb}, {c}])")
+            src(f"nwb = pypto.expand_clone({self._flags(self.news.written, r0, n)}, [{n * nb}, {c}])")
             self._exp_score(c0, c, r0, n, col, "okb", "nwb")
             src("qb = pypto.div(eb, nd)")
             self._rows(c0, c, r0, n, col, self.kv_new, "nwb", "kb")
@@ -724,8 +760,9 @@ class _PtoTilePool:
         src, w = self.src, self.nb * c
         parts = []
         for j, (r0, n, col) in enumerate(self._blocks(_PTO_POOL_MAX_ELEMS // w)):
-            self._rows(c0, c, r0, n, self.out_dim + col, "sn", self._flags("nwc", r0, n), "sb", new_col=col)
-            src(f"msb = pypto.where({self._flags('okc', r0, n)}, sb, {_PTO_NEG!r})")
+            new = self._flags(self.news.written, r0, n)
+            self._rows(c0, c, r0, n, self.out_dim + col, self.news.scores, new, "sb", new_col=col)
+            src(f"msb = pypto.where({self._flags(self.slots.ok_col, r0, n)}, sb, {PTO_NEG_INF!r})")
             src(f"pypto.set_vec_tile_shapes({n}, {w})")
             src(f"mb{j} = pypto.amax(pypto.reshape(msb, [{n}, {w}]), 0, keepdim=True)")
             parts.append(f"mb{j}")
@@ -749,9 +786,9 @@ class _PtoTilePool:
         nc = (col if new_col is None else new_col) + c0
         src(f"pypto.set_vec_tile_shapes(1, {m}, {c})")
         src(f"o3 = pypto.index_select(pypto.view({self.state_in.name}, [{self.state_in.shape[0]}, {c}], "
-            f"[0, {col + c0}]), 0, pypto.view(sidx, [1, {m}], [0, {s0}]))")
+            f"[0, {col + c0}]), 0, pypto.view({self.slots.index}, [1, {m}], [0, {s0}]))")
         src(f"n3 = pypto.index_select(pypto.view({new}, [{self.nt}, {c}], [0, {nc}]), 0, "
-            f"pypto.view(nidx, [1, {m}], [0, {s0}]))")
+            f"pypto.view({self.news.token}, [1, {m}], [0, {s0}]))")
         src(f"pypto.set_vec_tile_shapes({m}, {c})")
         src(f"{name} = pypto.where({nw}, pypto.reshape(n3, [{m}, {c}]), pypto.reshape(o3, [{m}, {c}]))")
 
@@ -761,8 +798,8 @@ class _PtoTilePool:
     def _exp_score(self, c0: int, c: int, r0: int, n: int, col: int, ok: str, nw: str) -> None:
         """eb = exp(masked score − mx) of the block ([n, nb·c])."""
         src = self.src
-        self._rows(c0, c, r0, n, self.out_dim + col, "sn", nw, "sb", new_col=col)
-        src(f"msb = pypto.where({ok}, sb, {_PTO_NEG!r})")
+        self._rows(c0, c, r0, n, self.out_dim + col, self.news.scores, nw, "sb", new_col=col)
+        src(f"msb = pypto.where({ok}, sb, {PTO_NEG_INF!r})")
         src(f"pypto.set_vec_tile_shapes({n}, {self.nb * c})")
         src(f"eb = pypto.exp(pypto.sub(pypto.reshape(msb, [{n}, {self.nb * c}]), mx))")
 
@@ -778,29 +815,30 @@ _PTO_FINISH_ROWS = 16   # pooled rows per forced subgraph of the finish template
 
 
 def _pto_finish_blocks(src: Src, pooled):
-    """The row blocks of the finish templates (`_pto_block_loops`: whole blocks of up to _PTO_FINISH_ROWS rows,
+    """The row blocks of the finish templates (`pto_block_loops`: whole blocks of up to _PTO_FINISH_ROWS rows,
     then single rows): yields (block rows, row offset expression)."""
     rows = _PTO_FINISH_ROWS if pooled.is_dynamic(0) else max(1, min(_PTO_FINISH_ROWS, pooled.shape[0]))
-    yield from _pto_block_loops(src, pooled, rows)
+    yield from pto_block_loops(src, pooled, rows)
 
 
 def _pto_finish_y(src: Src, spec: KernelSpec, r: int, r0: str) -> tuple[str, str]:
     """y = rope((pooled · inv) · norm_w) (f32) of the r rows at r0 with the rank-2 row-norm helpers of
-    kernels.qkv (numpy's pairwise mean order; the pair swap by transposes): returns the expressions of its
+    kernels.vector (numpy's pairwise mean order; the pair swap by transposes): returns the expressions of its
     nope part [r, HD − rd] (None without one) and rope part [r, rd]."""
     pooled, norm_w, cos_il, sin_signed = spec.operands[:4]
     hd, rd = pooled.shape[1], cos_il.shape[1]
     nope = hd - rd
     eps = float(spec.attrs.get("eps", 1e-6))
-    _pto_rms_norm_block(src, pooled, norm_w, r, r0, eps, "yn")
-    src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(rd)})")
+    pto_rms_norm_block(src, pooled, norm_w, r, r0, eps, "yn")
+    src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd)})")
     for name, t in (("cb", cos_il), ("sb", sin_signed)):
         src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{r}, {rd}], [{r0}, 0])', t.dtype, 'f32')}")
     src(f"rp = pypto.view(yn, [{r}, {rd}], [0, {nope}])")
-    _pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+    pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
     return (f"pypto.view(yn, [{r}, {nope}], [0, 0])" if nope else None), "ro"
 
 
+@template(CmpRmsnormRope)
 def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
     """y = rope((pooled · 1/sqrt(mean(pooled²) + eps)) · norm_w), f32; numpy's pairwise mean order (bitwise).
     Blocks of whole rows, each one forced subgraph of rank-2 math (flash TP4 cost model, CSA inner: 42.6 →
@@ -809,14 +847,14 @@ def pypto_cmp_rmsnorm_rope(spec: KernelSpec) -> str:
     out = spec.results[0]
     src = Src(spec.signature())
     for r, r0 in _pto_finish_blocks(src, pooled):
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         nope, ro = _pto_finish_y(src, spec, r, r0)
         width = pooled.shape[1] - spec.operands[2].shape[1]
         if nope:  # a view of a subgraph's tensor stored as is would be its own task (· 1: an exact copy)
-            src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(width)})")
+            src(f"pypto.set_vec_tile_shapes({r}, {pto_align(width)})")
             src(f"pypto.assemble(pypto.mul({nope}, 1.0), [{r0}, 0], {out.name})")
         src(f"pypto.assemble({ro}, [{r0}, {width}], {out.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
@@ -832,6 +870,7 @@ def _pto_store_rows(src: Src, spec: KernelSpec, n: str, r0: str, positions, slot
             stores("i", "slot")
 
 
+@template(CmpRmsnormRopeCacheWrite)
 def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     """y as cmp_rmsnorm_rope, rounded to the cache dtype, then per request: row b stored at
     slot_mapping[pooling token] when the request pooled an entry and the slot is mapped (flash TP4 cost model:
@@ -841,13 +880,13 @@ def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     hd = pooled.shape[1]
     src = Src(spec.signature())
     for r, r0 in _pto_finish_blocks(src, pooled):
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         nope, ro = _pto_finish_y(src, spec, r, r0)
-        src(f"pypto.set_vec_tile_shapes({r}, {_pto_align(hd)})")
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(hd)})")
         y = f"pypto.concat([{nope}, {ro}], -1)" if nope else ro
         src(f"yb = {cast_expr(y, 'f32', cache.dtype)}")
-        _pto_scope(src, -1)
-        _pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
+        pto_scope(src, -1)
+        pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
 
         def store(i, slot):
             src(f"pypto.assemble(pypto.clone(pypto.view(yb, [1, {hd}], [{i}, 0])), [{slot}, 0], {cache.name})")
@@ -856,6 +895,7 @@ def pypto_cmp_rmsnorm_rope_cache_write(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(CmpKvHadamard)
 def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
     """k = rb(rb(y) @ H): y rounded to bf16, cube matmul with f32 accumulation, rounded to bf16."""
     y, had = spec.operands
@@ -865,7 +905,7 @@ def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
     br, ihd = loop.shape(y)
     n = had.shape[1]
     with loop.loop():
-        _pto_tile(src, (br, ihd))
+        pto_tile(src, (br, ihd))
         src(f"yb = {cast_expr(loop.view(y), y.dtype, 'bf16')}")
         mm_dtype = "bf16"
         if had.dtype != "bf16":  # f32/fp16 Hadamard: the rounded y goes back to f32 (exact) for an f32 matmul
@@ -874,12 +914,13 @@ def pypto_cmp_kv_hadamard(spec: KernelSpec) -> str:
             mm_dtype = "f32"
         src(f"pypto.set_cube_tile_shapes({cube_shapes(br, ihd, n, mm_dtype)})")
         src(f"kk = pypto.matmul(yb, {had.name if mm_dtype == 'bf16' else 'hm'}, pypto.DT_FP32)")
-        _pto_tile(src, (br, n))
+        pto_tile(src, (br, n))
         src(f"ko = {cast_expr('kk', 'f32', out.dtype)}")
         loop.store("ko", out)
     return src.text()
 
 
+@template(IdxKvCacheWrite)
 def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
     """q8 of every row of k (amax, k = 127/amax true division, rint through int32 → fp16 → int8, scale 1/k), then
     per request the int8 row and its scale stored at slot_mapping[pooling token] (skipped like the reference)."""
@@ -887,18 +928,18 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
     cache, scale = spec.results
     src = Src(spec.signature())
     loop = RowLoop(src, k, row_block(spec, default=16))
-    blk = _PtoBlock(loop, k)
+    blk = PtoBlock(loop, k)
     br, ihd = blk.rows, k.shape[1]
     with loop.loop():
-        wide = _pto_tile(src, (br, ihd))
+        wide = pto_tile(src, (br, ihd))
         src(f"kf = {cast_expr(loop.view(k), k.dtype, 'f32')}")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(kf), -1, keepdim=True), 0.0001)")
-        _pto_set_tile(src, [br, 8])
+        pto_set_tile(src, [br, 8])
         src(f"kq = pypto.div(pypto.full([{br}, 1], 127.0, pypto.DT_FP32{blk.valid(1)}), amax)")
         src(f"ks = pypto.div(pypto.full([{br}, 1], 1.0, pypto.DT_FP32{blk.valid(1)}), kq)")
-        _pto_set_tile(src, wide)
+        pto_set_tile(src, wide)
         src(f"qv = {cast_expr('pypto.mul(kf, kq)', 'f32', 'i8')}")
-        _pto_set_tile(src, vec_tile((1, ihd), 1))
+        pto_set_tile(src, vec_tile((1, ihd), 1))
 
         def store(i, slot):
             src(f"pypto.assemble(pypto.clone(pypto.view(qv, [1, {ihd}], [{i}, 0])), [{slot}, 0], {cache.name})")
@@ -907,12 +948,3 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
 
         _pto_store_rows(src, spec, "valid" if blk.partial else str(blk.rows), blk.r0, pos, slots, store)
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "rope_swap_idx": pypto_rope_swap_idx, "rope_interleave": pypto_rope_interleave,
-    "rope_gather_rows": pypto_rope_gather_rows, "cmp_kv_score_proj": pypto_cmp_kv_score_proj,
-    "cmp_scatter_softmax_pool": pypto_cmp_scatter_softmax_pool, "cmp_rmsnorm_rope": pypto_cmp_rmsnorm_rope,
-    "cmp_rmsnorm_rope_cache_write": pypto_cmp_rmsnorm_rope_cache_write, "cmp_kv_hadamard": pypto_cmp_kv_hadamard,
-    "idx_kv_cache_write": pypto_idx_kv_cache_write,
-}

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py). The numpy references above define the
+# Source generators for the lowering (see kernels/pto.py). The numpy references above define the
 # numbers; each template mirrors its reference's op order and rounding points.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+from dspark_ir.ops.core import Add, Cast, Concat, Mul, Reshape, Slice, Zeros
+
+from .pto import BLOCK_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .registry import template
+from .vector import pto_align
 
 _pto_BINARY = {"add": "pypto.add", "mul": "pypto.mul"}
 
 
+@template(Add, Mul)
 def pypto_binary(spec: KernelSpec) -> str:
     """add / mul: fp32 math, one rounding back to the operand dtype (integers stay integer)."""
     a, b = spec.operands[:2]
@@ -28,6 +33,7 @@ def pypto_binary(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Cast)
 def pypto_cast(spec: KernelSpec) -> str:
     """cast: floats narrow with round-to-nearest-even, floats to integers with rint (like `cast`)."""
     x = spec.operands[0]
@@ -41,6 +47,7 @@ def pypto_cast(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Zeros)
 def pypto_zeros(spec: KernelSpec) -> str:
     """zeros: the seed of an accumulation, filled block by block."""
     out = spec.results[0]
@@ -61,6 +68,7 @@ def pypto_zeros(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Reshape)
 def pypto_reshape(spec: KernelSpec) -> str:
     """reshape as a copy task (when no strided view of the operand expresses it)."""
     spec = spec.static()
@@ -73,6 +81,7 @@ def pypto_reshape(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Concat)
 def pypto_concat(spec: KernelSpec) -> str:
     """concat as a copy task: each operand assembled at its offset along the axis."""
     spec = spec.static()
@@ -89,6 +98,24 @@ def pypto_concat(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(Slice)
+def pypto_slice(spec: KernelSpec) -> str:
+    """slice as a copy task: the operand's view at `start` along `axis`, assembled whole into the result (bitwise).
+    The lowering makes a slice a strided view of its operand (no task); this is its form as a kernel of its own,
+    for a view rule that declines."""
+    spec = spec.static()
+    x, out = spec.operands[0], spec.results[0]
+    offsets = [0] * out.rank
+    offsets[int(spec.attrs["axis"])] = int(spec.attrs["start"])
+    tile = vec_tile(out.shape, out.itemsize)
+    tile[-1] = pto_align(tile[-1], BLOCK_BYTES // out.itemsize)   # a narrow slice's tile still spans 32-byte blocks
+    src = Src(spec.signature())
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
+    src(f"y = pypto.view({x.name}, {py_list(out.shape)}, {py_list(offsets)})")
+    src(f"pypto.assemble(pypto.clone(y), {py_list([0] * out.rank)}, {out.name})")
+    return src.text()
+
+
 def pypto_copy(spec: KernelSpec) -> str:
     """out = x, block by block (copies and in-place self-copies such as a WAR marker)."""
     x = spec.operands[0]
@@ -100,9 +127,3 @@ def pypto_copy(spec: KernelSpec) -> str:
         src(f"y = pypto.clone({loop.view(x)})")
         loop.store("y", out)
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "add": pypto_binary, "mul": pypto_binary, "cast": pypto_cast, "zeros": pypto_zeros,
-    "reshape": pypto_reshape, "concat": pypto_concat,  # copy tasks; slice is always a view
-}

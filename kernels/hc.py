@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py). They mirror the references above: stream
+# Source generators for the lowering (see kernels/pto.py). They mirror the references above: stream
 # and column views instead of reshapes of the whole residual, the same summation order over K chunks,
 # splits and streams. Row sums and the cube accumulate in pypto's own order inside a chunk/split, so f32
 # results agree to rounding (not bit for bit) where the reference fixes an order pypto cannot express.
-# Shaped for pypto 0.2.0's cost model (see kernels/qkv.py's template notes): the per-token n×n / 2n
+# Shaped for pypto 0.2.0's cost model (see kernels/vector.py's notes): the per-token n×n / 2n
 # quantities (split_pre_post, comb_sinkhorn) are transposed so the tokens are the wide last dim, and a block
 # of rows or one token runs as one forced subgraph. Flash TP4 cost-model µs, before → after: comb_sinkhorn
 # 1368 → 18 → 12.6, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms
 # 74 → 22 → 12.3, mix_x 42 → 13 → 10.5, split_pre_post 41 → 14 → 6.8.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
-from .qkv import _pto_block_loops, _pto_scope, _pto_token_units  # noqa: E402
+from dspark_ir.hardware import HARDWARE
+from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .registry import template
+from .vector import pto_block_loops, pto_scope, pto_token_units
 
 _PTO_TOKEN_BLOCK = 16   # tokens per block where the tokens are the (wide) last dim of every op
 
@@ -84,7 +88,7 @@ def _pto_store_rows(loop: RowLoop, value: str, out, br: int) -> None:
 _PTO_PRE_RMS_ROWS = 16   # at most this many rows per forced subgraph
 
 
-_PTO_VECTOR_CORES = 48  # the modelled chip's vector cores (ASCEND_910B2)
+_PTO_VECTOR_CORES = HARDWARE.vector_cores
 
 
 def _pto_rows_per_block(spec: KernelSpec, t, cap: int) -> int:
@@ -97,6 +101,7 @@ def _pto_rows_per_block(spec: KernelSpec, t, cap: int) -> int:
     return max(1, min(cap, -(-t.shape[0] * -(-blocks // _PTO_VECTOR_CORES) // blocks)))
 
 
+@template(HcPreRms)
 def pypto_hc_pre_rms(spec: KernelSpec) -> str:
     """inv_rms per row: the block's squares [R, n, D] reshaped to [R·K/c, c] (one row per K-chunk of c = the
     tile's width), summed per chunk, then the chunk sums [R, K/c] transposed to [K/c, R] and added in chunk
@@ -113,8 +118,8 @@ def pypto_hc_pre_rms(spec: KernelSpec) -> str:
         return _pypto_hc_pre_rms_rows(spec)
     nc = k // chunk
     src = Src(spec.signature())
-    for r, r0 in _pto_block_loops(src, x, _pto_rows_per_block(spec, x, _PTO_PRE_RMS_ROWS)):
-        _pto_scope(src, 1)
+    for r, r0 in pto_block_loops(src, x, _pto_rows_per_block(spec, x, _PTO_PRE_RMS_ROWS)):
+        pto_scope(src, 1)
         src(f"pypto.set_vec_tile_shapes(1, {n}, {min(d, max(8, 16384 // n))})")
         src(f"xv = pypto.view({x.name}, [{r}, {n}, {d}], [{r0}, 0, 0])")
         src("sq = pypto.mul(xv, xv)")
@@ -136,7 +141,7 @@ def pypto_hc_pre_rms(spec: KernelSpec) -> str:
         src(f"inv = pypto.div(one, pypto.sqrt(pypto.add(pypto.div(ss, {float(k)!r}), {eps!r})))")
         src(f"pypto.set_vec_tile_shapes({tw})")
         src(f"pypto.assemble(pypto.reshape(inv, [{r}]), [{r0}], {out.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
@@ -172,7 +177,7 @@ def _pto_split_bounds(k: int, splits: int) -> list[tuple[int, int]]:
 
 
 _PTO_LINEAR_ROWS = 32   # rows per block: the cube's M tile (the IR's 16-row tile re-streamed hc_fn twice as often)
-_PTO_L1_BYTES = 512 * 1024  # L1: the A and B slices of one L1 k tile (single-buffered; beyond it pypto spills)
+_PTO_L1_BYTES = HARDWARE.l1_bytes  # L1: the A and B slices of one L1 k tile (single-buffered; beyond it pypto spills)
 
 
 def _pto_linear_cube(m: int, k: int, n: int) -> str:
@@ -211,6 +216,7 @@ def _pto_whole_blocks(src: Src, t, rows: int):
         yield static % rows, str(static - static % rows), None
 
 
+@template(HcPreLinear)
 def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     """One cube matmul per K split of a block of up to 32 rows (x_hc read through one in-place [T, n·D]
     reshape: stream views of the rank-3 tensor were reshapes through global memory, a vector task each). Whole
@@ -250,6 +256,7 @@ def pypto_hc_pre_linear(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(HcPreLinearReduce)
 def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
     p = spec.operands[0]
     out = spec.results[0]
@@ -271,6 +278,7 @@ def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
 _PTO_MIX_ROWS = 8   # at most this many rows per forced subgraph
 
 
+@template(MixX)
 def pypto_mix_x(spec: KernelSpec) -> str:
     """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) per row block, one forced subgraph each, as
     rank-3 math on the streams [R, 1, D] (no stream reshapes): the block's pre [R, n] is one copy, expanded so
@@ -286,7 +294,7 @@ def pypto_mix_x(spec: KernelSpec) -> str:
     rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
     dt = min(d, max(8, 8192 // br // 8 * 8))
     with loop.loop():
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         src(f"pypto.set_vec_tile_shapes({br}, {n}, 8)")
         src(f"p3 = pypto.reshape({pre.name}, [{rows}, {n}, 1], inplace=True)")
         src(f"pv = pypto.expand_clone(pypto.view(p3, [{br}, {n}, 1], [{r0}, 0, 0]{_pto_valid(loop, n, 1)}), "
@@ -299,7 +307,7 @@ def pypto_mix_x(spec: KernelSpec) -> str:
         src(f"pypto.set_vec_tile_shapes({br}, {dt})")
         src(f"yb = {cast_expr(f'pypto.reshape(y, [{br}, {d}]{_pto_valid(loop, d)})', 'f32', out.dtype)}")
         loop.store("yb", out)
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
@@ -317,7 +325,7 @@ def _pto_hc_post_tokens(src: Src, spec: KernelSpec, count: int, r0: str) -> None
     _, n, d = x.shape
     dw = min(d, 16384)
     dt = min(d, max(8, (16384 // n) // 8 * 8))   # a stream tile [1, n, 1, dt] of ≤ 64 KiB
-    _pto_scope(src, 1)
+    pto_scope(src, 1)
     for name, t, shape in (("a4", a, [1, 1, d]), ("x4", x, [n, 1, d]), ("p4", post, [n, 1, 1]),
                            ("c4", comb, [n, n, 1])):
         src(f"{name} = pypto.reshape({t.name}, {py_list(['rows'] + shape)}, inplace=True)")
@@ -340,9 +348,10 @@ def _pto_hc_post_tokens(src: Src, spec: KernelSpec, count: int, r0: str) -> None
             for i in range(n):
                 src(f"y = pypto.add(y, pypto.view(z, [1, 1, 1, {d}], [0, {i}, 0, 0]))")
             src(f"pypto.assemble(pypto.reshape(y, [1, 1, {d}]), [{ru}, {o}, 0], {out.name})")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
 
 
+@template(HcPost)
 def pypto_hc_post(spec: KernelSpec) -> str:
     """For each output stream o: y = f32(a)·post[o], then Z = X·C[:, o] (the token's streams X [n, D] times
     the column C[:, o]) and y += Z[i] for i ascending: the reference's op order exactly. Groups of G tokens
@@ -354,10 +363,10 @@ def pypto_hc_post(spec: KernelSpec) -> str:
     group = _pto_rows_per_block(spec, x, _PTO_POST_GROUP)
     src = Src(spec.signature())
     if group == 1:
-        for _ in _pto_token_units(src, x):
+        for _ in pto_token_units(src, x):
             _pto_hc_post_tokens(src, spec, 1, "r0")
         return src.text()
-    for count, r0 in _pto_block_loops(src, x, group):
+    for count, r0 in pto_block_loops(src, x, group):
         _pto_hc_post_tokens(src, spec, count, r0)
     return src.text()
 
@@ -367,6 +376,7 @@ def _pto_sigmoid(x: str) -> str:
     return f"pypto.reciprocal(pypto.add(pypto.exp(pypto.neg({x})), 1.0))"
 
 
+@template(SplitPrePost)
 def pypto_split_pre_post(spec: KernelSpec) -> str:
     """pre / post with the tokens as the wide last dim (as `pypto_comb_sinkhorn`): the block's 2n mix columns
     transposed to [2n, R], (m·inv)·s + b with inv a [1, R] row and s, b [2n, 1] columns, the sigmoid
@@ -376,9 +386,9 @@ def pypto_split_pre_post(spec: KernelSpec) -> str:
     n = int(spec.attrs.get("hc_mult", 4))
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    for r, r0 in _pto_block_loops(src, mixes, _pto_rows_per_block(spec, mixes, _PTO_TOKEN_BLOCK)):
+    for r, r0 in pto_block_loops(src, mixes, _pto_rows_per_block(spec, mixes, _PTO_TOKEN_BLOCK)):
         tw = max(8, -(-r // 8) * 8)
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         src(f"pypto.set_vec_tile_shapes({2 * n}, 8)")
         src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
         src(f"sc = pypto.concat([pypto.expand_clone(pypto.view(sr, [1, 1], [0, 0]), [{n}, 1]), "
@@ -397,10 +407,11 @@ def pypto_split_pre_post(spec: KernelSpec) -> str:
             src(f"{name} = {value}")
             src(f"pypto.set_vec_tile_shapes({r}, 8)")
             src(f"pypto.assemble(pypto.transpose({name}, 0, 1), [{r0}, 0], {target.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
+@template(CombSinkhorn)
 def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
     """Softmax over `out`, then Sinkhorn row/column normalisations, with the tokens as the wide last dim: a
     block of R tokens' n·n comb logits is transposed to [n·n, R] and packed as Y [n, n·R] (row i, column
@@ -414,10 +425,10 @@ def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
     eps = float(spec.attrs.get("eps", 1e-6))
     nn = n * n
     src = Src(spec.signature())
-    for r, r0 in _pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
+    for r, r0 in pto_block_loops(src, mixes, _PTO_TOKEN_BLOCK):
         w = r * n                                   # the packed width n·R
         tw = max(8, -(-r // 8) * 8)                 # tiles span ≥ 32 bytes
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         src(f"pypto.set_vec_tile_shapes({nn}, 8)")   # s2 as a column (a broadcast may expand one axis only)
         src(f"sc = pypto.expand_clone(pypto.view(pypto.reshape({scale.name}, [1, {scale.shape[0]}]), [1, 1], "
             f"[0, 2]), [{nn}, 1])")
@@ -456,7 +467,7 @@ def pypto_comb_sinkhorn(spec: KernelSpec) -> str:
         src("yo = pypto.transpose(yt, 0, 1)")
         src(f"pypto.set_vec_tile_shapes({r}, {n}, 8)")
         src(f"pypto.assemble(pypto.reshape(yo, [{r}, {n}, {n}]), [{r0}, 0, 0], {out.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
@@ -466,10 +477,3 @@ def _pto_chain(fn: str, terms) -> str:
     for t in terms[1:]:
         expr = f"{fn}({expr}, {t})"
     return expr
-
-
-PYPTO_TEMPLATES = {
-    "split_pre_post": pypto_split_pre_post, "comb_sinkhorn": pypto_comb_sinkhorn,
-    "hc_pre_rms": pypto_hc_pre_rms, "hc_pre_linear": pypto_hc_pre_linear,
-    "hc_pre_linear_reduce": pypto_hc_pre_linear_reduce, "mix_x": pypto_mix_x, "hc_post": pypto_hc_post,
-}

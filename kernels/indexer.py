@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py); mirror the references above.
-from ._pypto import KernelSpec, RowLoop, Src, row_block, vec_tile  # noqa: E402
+# Source generators for the lowering (see kernels/pto.py); mirror the references above.
+from dspark_ir.ops.indexer import (IdxHadamardMatmul, IdxQQuant, IdxQrDequant, IdxQrRope, IdxScore, IdxTopk,
+                                   IdxTopkBounded, IdxWeightsProj, IdxWeightsReduce)
+
+from .cube import pto_split_bounds
+from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
+from .registry import template
+from .vector import PTO_NEG_INF, PtoBlock, pto_cols_of, pto_ramp, pto_set_tile, pto_tile
 
 
+@template(IdxWeightsReduce)
 def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
     """(Σ_k partials[k], ascending) · scale over [k, T, IH] partials, block by block over T."""
     p = spec.operands[0]
@@ -33,10 +40,7 @@ def pypto_idx_weights_reduce(spec: KernelSpec) -> str:
 
 
 # Templates of the query side, head weights, score and top-k (see kernels/compressor.py's template section for the
-# runtime-scalar idioms and the helpers shared with it).
-from ._pypto import cast_expr, cube_shapes  # noqa: E402
-from .compressor import _PTO_NEG, _pto_cols_of, _pto_ramp, _pto_set_tile, _pto_tile, _PtoBlock  # noqa: E402
-from .matmul import _pto_split_bounds  # noqa: E402
+# runtime-scalar idioms; the helpers shared with it are in kernels/vector.py).
 
 
 def _pto_divisor(n: int, cap: int) -> int:
@@ -47,6 +51,7 @@ def _pto_divisor(n: int, cap: int) -> int:
     return 1
 
 
+@template(IdxQrDequant)
 def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
     """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise)."""
     acc, sa, sw = spec.operands
@@ -55,19 +60,20 @@ def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
     n = acc.shape[1]
     src = Src(spec.signature())
     loop = RowLoop(src, acc, max(1, min(32, 16384 // n)))
-    blk = _PtoBlock(loop, acc)
+    blk = PtoBlock(loop, acc)
     br = blk.rows
     with loop.loop():
-        _pto_tile(src, (br, n))
+        pto_tile(src, (br, n))
         src(f"sav = {blk.reshape(loop.view(sa), [br, 1])}")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         src(f"q2 = pypto.mul(pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, sav), swv)")
-        _pto_tile(src, (br, heads, hd))
+        pto_tile(src, (br, heads, hd))
         src(f"q3 = {blk.reshape('q2', [br, heads, hd])}")
         loop.store("q3", out)
     return src.text()
 
 
+@template(IdxQrRope)
 def pypto_idx_qr_rope(spec: KernelSpec) -> str:
     """Per block of requests: the rope lanes of every (token, head) row swapped with `gather` by the swap operand
     (index expanded over the rows), out = r·cos_il + swapped·sin_signed with the request's table row broadcast over
@@ -83,32 +89,33 @@ def pypto_idx_qr_rope(spec: KernelSpec) -> str:
     rows = nb * seq
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
-        _pto_tile(src, (rows, heads, hd))
+        pto_tile(src, (rows, heads, hd))
         src(f"x = pypto.view({q.name}, [{rows}, {heads}, {hd}], [t0, 0, 0])")
         src(f"rp = pypto.clone(pypto.view(x, [{rows}, {heads}, {rd}], [0, 0, {nope}]))")
-        _pto_tile(src, (rows * heads, rd))
+        pto_tile(src, (rows * heads, rd))
         src(f"r2 = pypto.reshape(rp, [{rows * heads}, {rd}])")
         src(f"ix = pypto.expand_clone(pypto.reshape({swap.name}, [1, {rd}]), [{rows * heads}, {rd}])")
         src("s2 = pypto.gather(r2, 1, ix)")
-        _pto_tile(src, (nb, seq * heads, rd))
+        pto_tile(src, (nb, seq * heads, rd))
         src(f"r3 = pypto.reshape(r2, [{nb}, {seq * heads}, {rd}])")
         src(f"s3 = pypto.reshape(s2, [{nb}, {seq * heads}, {rd}])")
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
-            _pto_tile(src, (nb, rd))
+            pto_tile(src, (nb, rd))
             src(f"{name}2 = {cast_expr(f'pypto.view({t.name}, [{nb}, {rd}], [rb * {nb}, 0])', t.dtype, 'f32')}")
-            _pto_tile(src, (nb, seq * heads, rd))
+            pto_tile(src, (nb, seq * heads, rd))
             src(f"{name} = pypto.reshape({name}2, [{nb}, 1, {rd}])")
         src("ro = pypto.add(pypto.mul(r3, cb), pypto.mul(s3, sb))")
-        _pto_tile(src, (rows, heads, rd))
+        pto_tile(src, (rows, heads, rd))
         src(f"ro3 = {cast_expr(f'pypto.reshape(ro, [{rows}, {heads}, {rd}])', 'f32', out.dtype)}")
         src(f"pypto.assemble(ro3, [t0, 0, {nope}], {out.name})")
         if nope:
-            _pto_tile(src, (rows, heads, nope))
+            pto_tile(src, (rows, heads, nope))
             src(f"np3 = {cast_expr(f'pypto.view(x, [{rows}, {heads}, {nope}], [0, 0, 0])', 'f32', out.dtype)}")
             src(f"pypto.assemble(np3, [t0, 0, 0], {out.name})")
     return src.text()
 
 
+@template(IdxHadamardMatmul)
 def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
     """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation."""
     q, had = spec.operands
@@ -117,11 +124,11 @@ def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
     n = had.shape[1]
     src = Src(spec.signature())
     loop = RowLoop(src, q, max(1, 512 // heads))
-    blk = _PtoBlock(loop, q)
+    blk = PtoBlock(loop, q)
     br = blk.rows
     mixed = q.dtype != had.dtype
     with loop.loop():
-        _pto_tile(src, (br, heads, hd), q.itemsize)
+        pto_tile(src, (br, heads, hd), q.itemsize)
         x = loop.view(q)
         if mixed:  # f32 × bf16 (or the like): both operands in f32 (exact promotion)
             x = cast_expr(x, q.dtype, "f32")
@@ -133,12 +140,13 @@ def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
             hm = "hm"
         src(f"pypto.set_cube_tile_shapes({cube_shapes(br * heads, hd, n, 'f32' if mixed else q.dtype)})")
         src(f"y2 = pypto.matmul(x2, {hm}, pypto.DT_FP32)")
-        _pto_tile(src, (br, heads, n))
+        pto_tile(src, (br, heads, n))
         src(f"y3 = {blk.reshape('y2', [br, heads, n])}")
         loop.store("y3", out)
     return src.text()
 
 
+@template(IdxQQuant)
 def pypto_idx_q_quant(spec: KernelSpec) -> str:
     """q8 per (token, head) row: amax = max(max|x|, 1e-4), k = 127/amax (true division), rint through int32 →
     fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise)."""
@@ -147,36 +155,37 @@ def pypto_idx_q_quant(spec: KernelSpec) -> str:
     _, heads, hd = qh.shape
     src = Src(spec.signature())
     loop = RowLoop(src, qh, 8)  # 8 tokens per iteration, tiles of every row and a slice of the heads (32 KiB)
-    blk = _PtoBlock(loop, qh)
+    blk = PtoBlock(loop, qh)
     br = blk.rows
     with loop.loop():
         wide = [br, _pto_divisor(heads, max(1, 8192 // (br * hd))), hd]
-        _pto_set_tile(src, wide)
+        pto_set_tile(src, wide)
         src(f"x = {loop.view(qh)}")
         src("amax = pypto.maximum(pypto.amax(pypto.abs(x), -1, keepdim=True), 0.0001)")
         narrow = [br, _pto_divisor(heads, max(1, 8192 // (br * 8))), 8]
-        _pto_set_tile(src, narrow)
+        pto_set_tile(src, narrow)
         src(f"kq = pypto.div(pypto.full([{br}, {heads}, 1], 127.0, pypto.DT_FP32{blk.valid(heads, 1)}), amax)")
         src(f"ks = pypto.div(pypto.full([{br}, {heads}, 1], 1.0, pypto.DT_FP32{blk.valid(heads, 1)}), kq)")
-        _pto_set_tile(src, wide)
+        pto_set_tile(src, wide)
         src(f"qv = {cast_expr('pypto.mul(x, kq)', 'f32', 'i8')}")
         loop.store("qv", qo)
-        _pto_set_tile(src, [narrow[0], max(8, heads)])
+        pto_set_tile(src, [narrow[0], max(8, heads)])
         src(f"s2 = {blk.reshape('ks', [br, heads])}")
         loop.store("s2", so)
     return src.text()
 
 
+@template(IdxWeightsProj)
 def pypto_idx_weights_proj(spec: KernelSpec) -> str:
     """Partial k = x[:, K_k] @ weights_proj[K_k] (contiguous linspace slices like the reference), f32 accumulation
     on the cube, assembled at [k, rows, 0]."""
     x, w = spec.operands
     out = spec.results[0]
-    splits = _pto_split_bounds(x.shape[1], int(spec.attrs["k_split"]))
+    splits = pto_split_bounds(x.shape[1], int(spec.attrs["k_split"]))
     ih = w.shape[1]
     src = Src(spec.signature())
     loop = RowLoop(src, x, 64 if x.is_dynamic(0) or x.shape[0] > 64 else x.shape[0])
-    blk = _PtoBlock(loop, x)
+    blk = PtoBlock(loop, x)
     br = blk.rows
     with loop.loop():
         for s, (lo, hi) in enumerate(splits):
@@ -184,7 +193,7 @@ def pypto_idx_weights_proj(spec: KernelSpec) -> str:
             src(f"xa = pypto.view({x.name}, [{br}, {hi - lo}], [{blk.r0}, {lo}]{blk.valid(hi - lo)})")
             src(f"wa = pypto.view({w.name}, [{hi - lo}, {ih}], [{lo}, 0])")
             src("pk = pypto.matmul(xa, wa, pypto.DT_FP32)")
-            _pto_set_tile(src, [1] + vec_tile((br, ih), 4))
+            pto_set_tile(src, [1] + vec_tile((br, ih), 4))
             valid = f", valid_shape=[1, valid, {ih}]" if blk.partial else ""
             src(f"pk3 = pypto.reshape(pk, [1, {br}, {ih}]{valid})")
             src(f"pypto.assemble(pk3, [{s}, {blk.r0}, 0], {out.name})")
@@ -207,13 +216,13 @@ def _pto_visible_rows(src: Src, spec: KernelSpec, positions, kv_len, req0: str, 
     (repeated over each request's seq tokens by expand_clone) as exact f32 integers."""
     r, seq, score_len = int(spec.attrs["ratio"]), int(spec.attrs["seq"]), int(spec.attrs["score_len"])
     rows = nreq * seq
-    _pto_set_tile(src, [max(8, rows)])
+    pto_set_tile(src, [max(8, rows)])
     src(f"vp = pypto.cast(pypto.view({positions.name}, [{rows}], [({req0}) * {seq}]), pypto.DT_FP32)")
-    _pto_set_tile(src, [max(8, nreq)])
+    pto_set_tile(src, [max(8, nreq)])
     src(f"vk = pypto.cast(pypto.view({kv_len.name}, [{nreq}], [{req0}]), pypto.DT_FP32)")
-    _pto_set_tile(src, [nreq, max(8, seq)])
+    pto_set_tile(src, [nreq, max(8, seq)])
     src(f"vk2 = pypto.expand_clone(pypto.reshape(vk, [{nreq}, 1]), [{nreq}, {seq}])")
-    _pto_set_tile(src, [rows, 8])
+    pto_set_tile(src, [rows, 8])
     src(f"vk3 = pypto.reshape(vk2, [{rows}, 1])")
     src(f"vp2 = pypto.maximum(pypto.add(pypto.reshape(vp, [{rows}, 1]), 1.0), 0.0)")
     _pto_floor_div(src, "vk3", r, "vcl")
@@ -229,6 +238,7 @@ def _pto_request_block(batch: int, seq: int, rows_cap: int = 32) -> int:
     return _pto_divisor(batch, max(1, rows_cap // seq))
 
 
+@template(IdxScore)
 def pypto_idx_score(spec: KernelSpec) -> str:
     """Per block of nb requests (a pypto.loop) and chunk of cp pages (unrolled: static offsets, the chunks' tasks
     side by side): the chunk's physical rows max(page, 0)·bs + j as ONE index (the table row's cp pages broadcast
@@ -257,76 +267,77 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     cat = (lambda xs, axis: xs[0] if len(xs) == 1 else f"pypto.concat([{', '.join(xs)}], {axis})")
     src = Src(spec.signature())
     for c in range(pages // cp):
-        _pto_set_tile(src, [max(8, min(width, 4096))])
+        pto_set_tile(src, [max(8, min(width, 4096))])
         src(f"cl{c} = pypto.reshape(pypto.cast(pypto.arange({c * width}, {(c + 1) * width}), pypto.DT_FP32), "
             f"[1, {width}])")
-    _pto_set_tile(src, [batch, max(pages, 8)])
+    pto_set_tile(src, [batch, max(pages, 8)])
     src(f"tbf = pypto.cast({table.name}, pypto.DT_FP32)")
-    _pto_set_tile(src, [max(8, min(bs, 4096))])
+    pto_set_tile(src, [max(8, min(bs, 4096))])
     src(f"jb1 = pypto.cast(pypto.arange({bs}), pypto.DT_FP32)")
-    _pto_set_tile(src, [cp, max(bs, 8)])
+    pto_set_tile(src, [cp, max(bs, 8)])
     src(f"jb = pypto.expand_clone(pypto.reshape(jb1, [1, {bs}]), [{cp}, {bs}])")
-    _pto_set_tile(src, [max(8, min(n_rows // bs, 64)), bs])
+    pto_set_tile(src, [max(8, min(n_rows // bs, 64)), bs])
     src(f"ks2 = pypto.reshape({kscale.name}, [{n_rows // bs}, {bs}])")
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
         _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim")
-        _pto_tile(src, (rows, heads, hd), 2)
+        pto_tile(src, (rows, heads, hd), 2)
         src(f"q3 = pypto.cast(pypto.view({q.name}, [{rows}, {heads}, {hd}], [t0, 0, 0]), pypto.DT_FP16)")
-        _pto_tile(src, (nb, seq * heads, hd), 2)
+        pto_tile(src, (nb, seq * heads, hd), 2)
         src(f"qb = pypto.reshape(q3, [{nb}, {seq * heads}, {hd}])")
-        _pto_set_tile(src, vec_tile((rows, heads, 8), 4))
+        pto_set_tile(src, vec_tile((rows, heads, 8), 4))
         src(f"qsb = pypto.reshape(pypto.view({qs.name}, [{rows}, {heads}], [t0, 0]), [{rows}, {heads}, 1])")
         src(f"wb = pypto.reshape(pypto.view({w.name}, [{rows}, {heads}], [t0, 0]), [{rows}, {heads}, 1])")
         for c in range(pages // cp):
             keys, oks, kss = [], [], []
             for i in range(nb):
-                _pto_set_tile(src, [1, max(cp, 8)])
+                pto_set_tile(src, [1, max(cp, 8)])
                 src(f"pgr{i} = pypto.view(tbf, [1, {cp}], [rb * {nb} + {i}, {c * cp}])")
                 src(f"pgc{i} = pypto.maximum(pgr{i}, 0.0)")
                 src(f"pgi{i} = pypto.reshape(pypto.cast(pgc{i}, pypto.DT_INT32, pypto.CastMode.CAST_RINT), [{cp}])")
                 src(f"oc{i} = pypto.where(pypto.ge(pgr{i}, 0.0), 1.0, 0.0)")
-                _pto_set_tile(src, [cp, max(bs, 8)])
+                pto_set_tile(src, [cp, max(bs, 8)])
                 src(f"rw{i} = pypto.add(pypto.expand_clone(pypto.reshape(pypto.mul(pgc{i}, {float(bs)!r}), "
                     f"[{cp}, 1]), [{cp}, {bs}]), jb)")
                 src(f"ok2{i} = pypto.expand_clone(pypto.reshape(oc{i}, [{cp}, 1]), [{cp}, {bs}])")
                 src(f"ri{i} = pypto.reshape(pypto.cast(rw{i}, pypto.DT_INT32, pypto.CastMode.CAST_RINT), [{width}])")
-                _pto_tile(src, (width, hd), 2)
+                pto_tile(src, (width, hd), 2)
                 src(f"kr{i} = pypto.reshape(pypto.cast(pypto.index_select({cache.name}, 0, ri{i}), pypto.DT_FP16), "
                     f"[1, {width}, {hd}])")
-                _pto_set_tile(src, [cp, max(bs, 8)])
+                pto_set_tile(src, [cp, max(bs, 8)])
                 src(f"sc{i} = pypto.reshape(pypto.index_select(ks2, 0, pgi{i}), [1, {width}])")
                 src(f"ov{i} = pypto.reshape(ok2{i}, [1, {width}])")
                 keys.append(f"kr{i}")
                 oks.append(f"ov{i}")
                 kss.append(f"sc{i}")
-            _pto_tile(src, (nb, width, hd), 2)
+            pto_tile(src, (nb, width, hd), 2)
             src(f"keys = {cat(keys, 0)}")
-            _pto_tile(src, (nb, width))
+            pto_tile(src, (nb, width))
             src(f"okm = pypto.reshape({cat(oks, 0)}, [{nb}, 1, {width}])")
             src(f"ksm = pypto.reshape({cat(kss, 0)}, [{nb}, 1, {width}])")
             src(f"pypto.set_cube_tile_shapes({cube_shapes(seq * heads, hd, width, 'fp16')})")
             src("dots = pypto.matmul(qb, keys, pypto.DT_FP32, b_trans=True)")
-            _pto_tile(src, (rows, heads, width))
+            pto_tile(src, (rows, heads, width))
             src(f"d3 = pypto.reshape(dots, [{rows}, {heads}, {width}])")
             src("ph = pypto.mul(pypto.maximum(pypto.mul(d3, qsb), 0.0), wb)")
             src(f"acc = pypto.view(ph, [{rows}, 1, {width}], [0, 0, 0])")
             for h in range(1, heads):
                 src(f"acc = pypto.add(acc, pypto.view(ph, [{rows}, 1, {width}], [0, {h}, 0]))")
-            _pto_tile(src, (nb, seq, width))
+            pto_tile(src, (nb, seq, width))
             src(f"sc3 = pypto.mul(pypto.reshape(acc, [{nb}, {seq}, {width}]), ksm)")
             src(f"ok3 = pypto.add(pypto.full([{nb}, {seq}, {width}], 0.0, pypto.DT_FP32), okm)")
-            _pto_tile(src, (rows, width))
+            pto_tile(src, (rows, width))
             src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cl{c})")
             src(f"keep = pypto.logical_and(pypto.lt(cz, lim), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
-            src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {_PTO_NEG!r})")
+            src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {PTO_NEG_INF!r})")
             src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
         if tail:
-            _pto_tile(src, (rows, tail))
-            src(f"pypto.assemble(pypto.full([{rows}, {tail}], {_PTO_NEG!r}, pypto.DT_FP32), [t0, {span}], {out.name})")
+            pto_tile(src, (rows, tail))
+            src(f"pypto.assemble(pypto.full([{rows}, {tail}], {PTO_NEG_INF!r}, pypto.DT_FP32), [t0, {span}], {out.name})")
     return src.text()
 
 
+@template(IdxTopk)
 def pypto_idx_topk(spec: KernelSpec) -> str:
     """Per block of requests: the score rows with the entries at or beyond visible[t] set to −inf (so
     FP32_NEG_INF entries inside the visible range still rank before them), `pypto.topk` (k largest, descending),
@@ -339,35 +350,36 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
     nb = _pto_request_block(batch, seq)
     rows = nb * seq
     src = Src(spec.signature())
-    _pto_ramp(src, score_len)
+    pto_ramp(src, score_len)
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
         _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis")
-        _pto_cols_of(src, "ramp", "0", score_len, "cols")
-        _pto_set_tile(src, [1, score_len])
+        pto_cols_of(src, "ramp", "0", score_len, "cols")
+        pto_set_tile(src, [1, score_len])
         src(f"cz = pypto.add(pypto.full([{rows}, {score_len}], 0.0, pypto.DT_FP32), cols)")
         src(f"x = pypto.where(pypto.lt(cz, vis), pypto.view({score.name}, [{rows}, {score_len}], [t0, 0]), "
             f"float(\"-inf\"))")
         src(f"tv, ti = pypto.topk(x, {k}, -1, True)")
-        _pto_set_tile(src, [rows, max(8, k)] if rows * max(8, k) <= 4096 else [1, max(8, k)])
+        pto_set_tile(src, [rows, max(8, k)] if rows * max(8, k) <= 4096 else [1, max(8, k)])
         src(f"rk = pypto.view(cz, [{rows}, {k}], [0, 0])")
         src("o = pypto.where(pypto.lt(rk, vis), pypto.cast(ti, pypto.DT_FP32), -1.0)")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
         if score_len > k:
-            _pto_tile(src, (rows, score_len - k))
+            pto_tile(src, (rows, score_len - k))
             src(f"pypto.assemble(pypto.full([{rows}, {score_len - k}], -1, pypto.DT_INT32), [t0, {k}], "
                 f"{out.name})")
     return src.text()
 
 
+@template(IdxTopkBounded)
 def pypto_idx_topk_bounded(spec: KernelSpec) -> str:
     """Column c of token t is c where c < min(visible[t], k), else −1 (f32 compare, exact)."""
     pos, kv_len = spec.operands
     out = spec.results[0]
-    return _pto_bounded(spec, pos, kv_len, out, None)
+    return pto_bounded_topk(spec, pos, kv_len, out, None)
 
 
-def _pto_bounded(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
+def pto_bounded_topk(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
     """The bounded rows (and, with `fallback`, the per-token select of idx_topk_select: bounded where
     visible ≤ k, else the fallback row), per block of requests, in tensor form."""
     k, seq, score_len = int(spec.attrs["k"]), int(spec.attrs["seq"]), int(spec.attrs["score_len"])
@@ -375,12 +387,12 @@ def _pto_bounded(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
     nb = _pto_request_block(batch, seq)
     rows = nb * seq
     src = Src(spec.signature())
-    _pto_ramp(src, score_len)
+    pto_ramp(src, score_len)
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
         _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis", cap=k)
-        _pto_cols_of(src, "ramp", "0", score_len, "cols")
-        _pto_tile(src, (rows, score_len))
+        pto_cols_of(src, "ramp", "0", score_len, "cols")
+        pto_tile(src, (rows, score_len))
         src(f"cz = pypto.add(pypto.full([{rows}, {score_len}], 0.0, pypto.DT_FP32), cols)")
         src("o = pypto.where(pypto.lt(cz, vis_cap), cz, -1.0)")
         if fallback is not None:
@@ -389,11 +401,3 @@ def _pto_bounded(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
                 f"{float(k)!r}), o, {fb})")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "idx_weights_reduce": pypto_idx_weights_reduce, "idx_qr_dequant": pypto_idx_qr_dequant,
-    "idx_qr_rope": pypto_idx_qr_rope, "idx_hadamard_matmul": pypto_idx_hadamard_matmul,
-    "idx_q_quant": pypto_idx_q_quant, "idx_weights_proj": pypto_idx_weights_proj, "idx_score": pypto_idx_score,
-    "idx_topk": pypto_idx_topk, "idx_topk_bounded": pypto_idx_topk_bounded,
-}

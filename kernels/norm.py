@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generator for the lowering (see kernels/_pypto.py); mirrors `rmsnorm` above: fp32 math,
+# Source generator for the lowering (see kernels/pto.py); mirrors `rmsnorm` above: fp32 math,
 # x · inv first, then · w, one bf16 rounding. Each row block is one forced subgraph with ≤ 64 KiB f32 tiles.
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile  # noqa: E402
+from dspark_ir.ops.core import RmsNorm
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .registry import template
 
 
+@template(RmsNorm)
 def pypto_rmsnorm(spec: KernelSpec) -> str:
     x, w = spec.operands[:2]
     out = spec.results[0]
@@ -27,6 +31,3 @@ def pypto_rmsnorm(spec: KernelSpec) -> str:
         loop.store("y", out)
         src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
-
-
-PYPTO_TEMPLATES = {"rmsnorm": pypto_rmsnorm}

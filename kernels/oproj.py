@@ -2,95 +2,17 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py); each mirrors the reference above:
+# Source generators for the lowering (see kernels/pto.py); each mirrors the reference above:
 # o_proj_a is one bf16 cube matmul (f32 accumulation; the reference rounds an f64 sum once, so results
 # agree to f32 rounding), quant_rows uses the true division 127/amax and rint, o_proj_b is exact int8,
 # o_proj_b_dequant adds the groups in ascending order.
-from ._pypto import (ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, KernelSpec, RowLoop, Src, cast_expr,  # noqa: E402
-                      ceil_div, round_up, row_block, vec_tile)
+from dspark_ir.hardware import HARDWARE
+from dspark_ir.ops.oproj import OProjA, OProjB, OProjBDequant, QuantRows
 
-from .matmul import (_pto_block_loop, _pto_col_loop, _pto_cube_plan, _pto_cube_setup, _pto_k_tiles,  # noqa: E402
-                     _pto_view)
-
-_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB; 576 KiB overflows)
-
-
-def _pto_cube_tiles(m: int, k: int, n: int, dtype: str, tm_cap: int = 128, tn_cap: int = 256):
-    """(tm, tk, tk1, tn) of `_pto_cube_shapes` with output tiles of up to tm_cap × tn_cap."""
-    item = ITEMSIZE[dtype]
-    align = 32 if item == 1 else 16
-    tm = min(tm_cap, round_up(max(m, 1), 16))
-    tn = min(tn_cap, round_up(max(n, 1), align))
-    while tm * tn * 4 > L0C_BYTES and tn > align:
-        tn //= 2
-    tk = min(256, round_up(max(k, 1), align))
-    while (tm * tk * item > L0A_BYTES or tk * tn * item > L0B_BYTES) and tk > align:
-        tk //= 2
-    tk1 = tk
-    while tk1 * 2 <= min(1024, round_up(k, tk)) and (tm + tn) * tk1 * 2 * item <= _PTO_L1_BYTES:
-        tk1 *= 2
-    return tm, tk, tk1, tn
-
-
-def _pto_cube_shapes(m: int, k: int, n: int, dtype: str) -> str:
-    """`set_cube_tile_shapes` for the O projections' [m,k]·[k,n]: output tiles of up to 128 × 256, the L0 k
-    tile as large as L0B allows, and an L1 k tile of up to 1024 (as many L0 k steps as the A and B slices fit in
-    L1). In pypto 0.2.0's cost model every L1 k step costs a fixed reload, so the deep L1 tile halves the cube
-    time (flash TP4 o_proj_a 90 → 45 µs, o_proj_b 60 → 33 µs against `cube_shapes`)."""
-    return _pto_cube_args(*_pto_cube_tiles(m, k, n, dtype))
-
-
-def _pto_cube_args(tm: int, tk: int, tk1: int, tn: int) -> str:
-    return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
-
-
-_PTO_CUBE_CORES = 24
-_PTO_COPY_IN_CYCLES = 1400   # cost model: fixed cycles of one copy into L1 / UB ...
-_PTO_COPY_IN_BYTES = 95      # ... plus a byte per this many ... (bytes / cycle)
-
-
-def _pto_cube_shapes_spread(m: int, k: int, n: int, dtype: str, matmuls: int = 1) -> str:
-    """`_pto_cube_shapes` with the output tile chosen for the whole kernel: each of the `matmuls` products
-    [m,k]·[k,n] runs one pypto task per output tile, and a task's time is its L1 copies (a fixed cost each, then
-    bandwidth: the A and B slices of every L1 k step), so the tile minimising waves × task time over the cube
-    cores wins (smaller tiles than 128 × 256 when that leaves cores idle; kernels.compressor's
-    kv_score_proj)."""
-    item = ITEMSIZE[dtype]
-
-    def time(tiles):
-        tm, _tk, tk1, tn = tiles
-        tasks = matmuls * ceil_div(m, tm) * ceil_div(n, tn)
-        copy = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
-        return ceil_div(tasks, _PTO_CUBE_CORES) * copy, tasks
-
-    options = {_pto_cube_tiles(m, k, n, dtype, tm_cap, tn_cap) for tm_cap in (128, 64, 32) for tn_cap in (256, 128, 64)}
-    return _pto_cube_args(*min(options, key=lambda t: (time(t), -t[0], -t[3])))
-
-
-_PTO_TASK_CYCLES = 270           # the AICPU's scheduling per pypto task (serial over the kernel's tasks)
-
-
-def _pto_cube_tiles_filled(m: int, k: int, n: int, dtype: str):
-    """(tm, tk, tk1, tn) for [m,k]·[k,n], one pypto task per output tile: every 16-aligned output tile up to
-    256 × 256 (32-aligned n for int8) that fits L0C, its k tiles those of `_pto_k_tiles`. A task's time is its
-    L1 copies (a fixed cost each, then bandwidth), so the tiles minimising waves × task time over the cube
-    cores, plus the AICPU's scheduling, win; ties: fewer tasks, then whole column blocks of the right operand
-    (a partial one at a group's row offset slowed the AICPU's dispatch: flash TP4 o_proj_a group 1, 128 × 176
-    tiles 37.1 µs, 176 × 128 tiles 32.3 µs). Output tiles sized to fill the cube cores once beat 128 × 256
-    tiles that leave cores idle."""
-    item = ITEMSIZE[dtype]
-    align = 32 if item == 1 else 16
-
-    def plan(tm, tn):
-        tk, tk1 = _pto_k_tiles(tm, tn, k, item)
-        tasks = ceil_div(m, tm) * ceil_div(n, tn)
-        task = 2 * ceil_div(k, tk1) * _PTO_COPY_IN_CYCLES + (tm + tn) * k * item / _PTO_COPY_IN_BYTES
-        cost = ceil_div(tasks, _PTO_CUBE_CORES) * task + tasks * _PTO_TASK_CYCLES
-        return cost, tasks, n % tn != 0, (tm, tk, tk1, tn)
-
-    plans = [plan(tm, tn) for tm in range(16, min(256, round_up(max(m, 1), 16)) + 1, 16)
-             for tn in range(align, min(256, round_up(max(n, 1), align)) + 1, align) if tm * tn * 4 <= L0C_BYTES]
-    return min(plans)[-1]
+from .cube import (pto_block_loop, pto_col_loop, pto_cube_args, pto_cube_plan, pto_cube_setup, pto_cube_tiles_filled,
+                   pto_view)
+from .pto import KernelSpec, RowLoop, Src, cast_expr, ceil_div, round_up, row_block, vec_tile
+from .registry import template
 
 
 def _pto_offset(base: int, block: str) -> str:
@@ -100,23 +22,24 @@ def _pto_offset(base: int, block: str) -> str:
     return f"{base} + {block}" if base else block
 
 
+@template(OProjA)
 def pypto_o_proj_a(spec: KernelSpec) -> str:
     """One bf16 cube matmul of group g: the parameters reshaped in place to 2-D (no copies), then a loop over
-    the output tiles of `_pto_cube_tiles_filled`, one pypto task each (no hub fan-out; the 3-D parameters'
+    the output tiles of `pto_cube_tiles_filled`, one pypto task each (no hub fan-out; the 3-D parameters'
     reshapes are the only link before them). Flash TP4: 176 × 128 tiles, 24 tasks, 44.5 → 32.3 µs."""
     heads, wo_a = spec.operands
     out = spec.results[0]
     g = int(spec.attrs["group"])
     groups, rows, width = heads.shape
     _, n, _ = wo_a.shape
-    tm, tk, tk1, tn = _pto_cube_tiles_filled(rows, width, n, "bf16")
+    tm, tk, tk1, tn = pto_cube_tiles_filled(rows, width, n, "bf16")
     src = Src(spec.static().signature())
     src(f"a = pypto.reshape({heads.name}, [{groups * rows}, {width}], inplace=True)")
     src(f"b = pypto.reshape({wo_a.name}, [{groups * n}, {width}], inplace=True)")
-    with _pto_block_loop(src, rows, tm, ("rows_loop", "mb", "r0", "rv")) as r, _pto_block_loop(src, n, tn) as c:
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_args(tm, tk, tk1, tn)})")
-        a = _pto_view("a", [r.width, width], [_pto_offset(g * rows, r.c0), 0], [r.valid or r.width, width])
-        b = _pto_view("b", [c.width, width], [_pto_offset(g * n, c.c0), 0], [c.valid or c.width, width])
+    with pto_block_loop(src, rows, tm, ("rows_loop", "mb", "r0", "rv")) as r, pto_block_loop(src, n, tn) as c:
+        src(f"pypto.set_cube_tile_shapes({pto_cube_args(tm, tk, tk1, tn)})")
+        a = pto_view("a", [r.width, width], [_pto_offset(g * rows, r.c0), 0], [r.valid or r.width, width])
+        b = pto_view("b", [c.width, width], [_pto_offset(g * n, c.c0), 0], [c.valid or c.width, width])
         src(f"c = pypto.matmul({a}, {b}, pypto.DT_FP32, b_trans=True)")
         src(f"pypto.assemble(c, [{r.c0}, {c.c0}], {out.name})")
     return src.text()
@@ -126,6 +49,7 @@ _PTO_QUANT_ROWS = 256   # rows per loop iteration: one forced subgraph each (fla
 _PTO_QUANT_TILE_BYTES = 64 * 1024   # one f32 vector tile
 
 
+@template(QuantRows)
 def pypto_quant_rows(spec: KernelSpec) -> str:
     """q8 per row, one forced subgraph per block of rows, vector tiles of ≤ 64 KiB f32 (`_pto_quant_block_rows`).
     Rows are independent, so any split into blocks is bitwise."""
@@ -167,9 +91,10 @@ def _pto_quant_block_rows(spec: KernelSpec) -> int:
     return max(1, min(worker, _PTO_QUANT_TILE_BYTES // (4 * x.shape[1])))
 
 
+@template(OProjB)
 def pypto_o_proj_b(spec: KernelSpec) -> str:
     """Exact int8 product of one group's K slice, per row block (the IR's tile), with the matmul template's
-    cube plan and column-block loop (`kernels.matmul`): output tiles that share their row block's activations
+    cube plan and column-block loop (kernels/cube.py): output tiles that share their row block's activations
     merge into one pypto task, one task per loop iteration, so all of them run in one wave over the cube cores
     and none waits on a hub; the plan weighs the task's SPMD blocks (flash TP4, 32 blocks: 224-wide tiles four
     to a task, 64 → 20 tasks, 32.7 → 15.4 µs)."""
@@ -181,19 +106,20 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     loop = RowLoop(src, x, row_block(spec, default=64))
     br = loop.shape(x)[0]
-    plan = _pto_cube_plan(x.shape[0], br, 1, k, n, "i8", blocks=spec.blocks)
-    with loop.loop(), _pto_col_loop(src, n, plan.merge * plan.tn) as col:
-        _pto_cube_setup(src, plan)
-        src(f"w = {_pto_view(wo_b.name, [col.width, k], [col.c0, g * k], [col.valid or col.width, k])}")
+    plan = pto_cube_plan(x.shape[0], br, 1, k, n, "i8", blocks=spec.blocks)
+    with loop.loop(), pto_col_loop(src, n, plan.merge * plan.tn) as col:
+        pto_cube_setup(src, plan)
+        src(f"w = {pto_view(wo_b.name, [col.width, k], [col.c0, g * k], [col.valid or col.width, k])}")
         src(f"c = pypto.matmul({loop.view(x)}, w, pypto.DT_INT32, b_trans=True)")
         src(f"pypto.assemble(c, [{'r0' if loop.looped else '0'}, {col.c0}], {out.name})")
     return src.text()
 
 
 _PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
-_PTO_DEQUANT_CORES = 48              # vector cores: the row blocks (one forced subgraph each) run in one wave
+_PTO_DEQUANT_CORES = HARDWARE.vector_cores  # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 
+@template(OProjBDequant)
 def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
     """acc = Σ_g f32(acc_g)·s_g (groups ascending), then acc·wo_b_scale, rounded to the output dtype. One forced
     subgraph per block of rows, as many blocks as vector cores (each pypto task costs dispatch and ~1.4 k
@@ -226,9 +152,3 @@ def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
         loop.store("y", out)
         src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
-
-
-PYPTO_TEMPLATES = {
-    "o_proj_a": pypto_o_proj_a, "quant_rows": pypto_quant_rows, "o_proj_b": pypto_o_proj_b,
-    "o_proj_b_dequant": pypto_o_proj_b_dequant,
-}

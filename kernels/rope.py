@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generator for the lowering (see kernels/_pypto.py), mirroring `rope` above op for op:
+# Source generator for the lowering (see kernels/pto.py), mirroring `rope` above op for op:
 # * the even/odd elements of the rope part are split by data movement only: reshape [.., rd/2, 2] →
 #   transpose → the two planes [.., 1, rd/2] (no last-dim-1 views: pypto 0.2.0 needs 32-byte tile rows);
 # * first / second are the reference's own f32 expressions (e·c − o·s, e·s + o·c; inverse e·c + o·s,
@@ -11,7 +11,10 @@ from __future__ import annotations
 # * the halves are interleaved back by concat → transpose → reshape (exact), rounded once, and assembled
 #   beside the rounded nope part (rounding before or after pure data movement gives the same bits).
 # No index tensor is needed (the op has no index operand; in-kernel indices are unsafe on pypto 0.2.0).
-from ._pypto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile  # noqa: E402
+from dspark_ir.ops.core import Rope
+
+from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, vec_tile
+from .registry import template
 
 
 def _pto_set(src: Src, shape, align: int = 1) -> None:
@@ -35,6 +38,7 @@ def _pto_lead(lead, budget_elems: int) -> list[int]:
     return tile
 
 
+@template(Rope)
 def pypto_rope(spec: KernelSpec) -> str:
     """Interleaved RoPE (or inverse) on the last rope_dim dims of x [T, *mid, W]; cos/sin [T, rd/2].
 
@@ -125,6 +129,3 @@ def pypto_rope(spec: KernelSpec) -> str:
             src(f"pypto.assemble(ro, {py_list(offs)}, {out.name})")
             src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
-
-
-PYPTO_TEMPLATES = {"rope": pypto_rope}

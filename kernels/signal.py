@@ -2,29 +2,31 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py).
+# Source generators for the lowering (see kernels/pto.py).
 # * window: one rank's zero-filled window buffer (the reference's `window`), filled block by block like the
 #   `zeros` op: a runtime loop over every leading axis but the last two, blocks of rows of the second-to-last
 #   axis, the last axis whole. i8 goes through an i32 fill and the documented i32 → f16 → i8 casts
 #   (`pypto.full(..., DT_INT8)` kills the process in pypto 0.2.0's SIM run). Bitwise (zeros).
-# * signal_notify / signal_wait / signal_barrier / put are cross-rank (see PYPTO_UNSUPPORTED).
-from ._pypto import KernelSpec, Src, cast_expr, py_list  # noqa: E402
+# * signal_notify / signal_wait / signal_barrier / put are cross-rank (declared `unsupported` below).
+from dspark_ir.ops.signal import Put, SignalBarrier, SignalNotify, SignalWait, Window
+
+from .pto import KernelSpec, Src, cast_expr, py_list
+from .registry import template, unsupported
 
 _PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, "
                    "which compile but SIGSEGV in the CPU cost-model simulation and which the host calculator "
                    "cannot interpret (no numbers on CPU)")
-PYPTO_UNSUPPORTED = {
-    "signal_notify": "cross-rank AtomicAdd into every peer's signal cell; " + _PTO_CROSS_RANK + ". At one rank it "
-                     "has no peer and changes nothing, so there is nothing local to compute",
-    "signal_wait": "cross-rank spin-wait on peers' signal cells (data-dependent termination); " + _PTO_CROSS_RANK
-                   + ". At one rank it has no peer: a no-op",
-    "signal_barrier": "cross-rank notify + spin-wait; " + _PTO_CROSS_RANK + ". At one rank: a no-op",
-    "put": "one-sided row puts into peers' windows (pld.tensor.put / remote_store); " + _PTO_CROSS_RANK
-           + ". Its only local part (peer == my rank) is a row scatter whose rows are data (row[i]) and whose "
-           "order on duplicate rows is the reference's sequential order, which scatter_update does not promise",
-}
+unsupported(SignalNotify, "cross-rank AtomicAdd into every peer's signal cell; " + _PTO_CROSS_RANK + ". At one rank "
+                          "it has no peer and changes nothing, so there is nothing local to compute")
+unsupported(SignalWait, "cross-rank spin-wait on peers' signal cells (data-dependent termination); " + _PTO_CROSS_RANK
+                        + ". At one rank it has no peer: a no-op")
+unsupported(SignalBarrier, "cross-rank notify + spin-wait; " + _PTO_CROSS_RANK + ". At one rank: a no-op")
+unsupported(Put, "one-sided row puts into peers' windows (pld.tensor.put / remote_store); " + _PTO_CROSS_RANK
+                 + ". Its only local part (peer == my rank) is a row scatter whose rows are data (row[i]) and whose "
+                 "order on duplicate rows is the reference's sequential order, which scatter_update does not promise")
 
 
+@template(Window)
 def pypto_window(spec: KernelSpec) -> str:
     out = spec.results[0]
     fill_dtype = {"i8": "i32", "bf16": "bf16", "fp16": "fp16", "i32": "i32", "f32": "f32"}.get(out.dtype, "f32")
@@ -63,6 +65,3 @@ def pypto_window(spec: KernelSpec) -> str:
         src(f"zc = {cast_expr('z', fill_dtype, out.dtype)}")
         src(f"pypto.assemble(zc, {py_list(lead_names + ['r0', '0'])}, {out.name})")
     return src.text()
-
-
-PYPTO_TEMPLATES = {"window": pypto_window}

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py), mirroring the references above op for op.
+# Source generators for the lowering (see kernels/pto.py), mirroring the references above op for op.
 # * Tile partials (csa_qk_pv, hca_raw_attn, hca_cmp_qk_pv): cube matmuls for q·Kᵀ (key-major K·qᵀ in csa_qk_pv
-#   and hca_raw_attn, kernels/attn_pto.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
+#   and hca_raw_attn, kernels/attention_blocks.py) and bf16(p)·K (f32 accumulation, where the reference rounds an f64
 #   sum once: s, m, l, o agree to f32 rounding, not bitwise), the reference's mask (−1e20) / max / exp / where
-#   order, l in numpy's pairwise order (kernels.qkv helpers).
-# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attn_pto.py
-#   `_PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
+#   order, l in numpy's pairwise order (kernels/vector.py helpers).
+# * Merges and packs (csa_merge_norm, hca_stream_merge[_pack], hca_stream_pack): kernels/attention_blocks.py
+#   `PtoGroupMerge` (one task per head group and token block, static T): the reference's f32 merge_into /
 #   sink_normalize order; the only difference is libm: pypto's CPU calculator evaluates exp with torch (1 f32 ulp
 #   from numpy's on a few % of arguments). The inverse RoPE partner r[swap] is a `pypto.gather` on the last axis
 #   with the op's swap input (hca) or the in-kernel j ^ 1 (csa, whose op has no swap input); one bf16 rounding;
@@ -28,41 +28,45 @@ from __future__ import annotations
 #   (else ExpandFunction: "Tile shape size 2 is not matched the output shape size 3"); an index_select whose
 #   in-kernel index spans several tiles is mis-lowered (the whole index in one tile);
 # * rank-3 tiles that split the rows of a partial block break InferDynShape (tiles span the block's rows,
-#   `_pto_head_tile`, and tile rows dividing the block, `_pto_vec_tile`).
+#   `pto_head_tile`, and tile rows dividing the block, `_pto_big_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from ._pypto import KernelSpec, Src, cast_expr, vec_tile  # noqa: E402
-from .attention import pto_scatter_slots  # noqa: E402
-from .attn_pto import (_PTO_CSA_QK_ROWS, _PTO_NEG, _PTO_TILE_ELEMS, _PTO_VECTOR_CORES, _pto_cube_wide,  # noqa: E402
-                       _pto_head_tile, _pto_key_softmax, _pto_key_tile, _pto_row_to_col, _PtoGroupMerge,
-                       _PtoWindowAttn)
-from .compressor import _pto_token_table_rows  # noqa: E402
-from .elementwise import pypto_copy  # noqa: E402
-from .oproj import _pto_cube_shapes  # noqa: E402
-from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile  # noqa: E402
+from dspark_ir.ops.sparse import (CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPlan, HcaCmpQkPv, HcaCmpWorkGather,
+                                  HcaRawAttn, HcaRawTranspose, HcaStreamMerge, HcaStreamMergePack, HcaStreamPack,
+                                  KvCacheWriteback, KvTouch, OLocalBridge)
+
+from .attention import pto_scatter_slots
+from .attention_blocks import (PTO_CSA_QK_ROWS, PTO_NEG_ATTN, PTO_TILE_ELEMS, PTO_VECTOR_CORES, PtoGroupMerge,
+                               PtoWindowAttn, pto_cube_wide, pto_head_tile, pto_key_softmax, pto_key_tile,
+                               pto_row_to_col)
+from .cube import pto_cube_shapes
+from .elementwise import pypto_copy
+from .pto import KernelSpec, Src, cast_expr, vec_tile
+from .registry import template
+from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
 
-PYPTO_UNSUPPORTED: dict[str, str] = {}
-
 
 def _pto_big_tile(shape, itemsize: int = 4) -> list[int]:
-    """`_pto_vec_tile` with a 32 KiB budget per operand (fewer, larger tasks for whole-tensor element-wise work)."""
-    tile = vec_tile(tuple(shape), itemsize, 4 * _PTO_TILE_ELEMS)
-    return [_pto_divisor(e, t) for e, t in zip(shape[:-1], tile[:-1])] + tile[-1:]
+    """`vec_tile` with a 32 KiB budget per operand (fewer, larger tasks for whole-tensor element-wise work), every
+    leading entry a divisor of its extent (tile rows dividing the block)."""
+    tile = vec_tile(tuple(shape), itemsize, 4 * PTO_TILE_ELEMS)
+    return [pto_divisor(e, t) for e, t in zip(shape[:-1], tile[:-1])] + tile[-1:]
 
 
 def _pto_iota(src: Src, n: int, name: str, restore) -> None:
     """`name` = [[0, 1, …, n−1]] f32 [1, n]. The 1-D arange gets a 1-D tile: created under a rank-2 tile it
     computes right in the tensor graph but pypto 0.2.0's InferParamIndex mis-lowers it (pass-verify FAILS)."""
-    _pto_set_tile(src, [max(n, 8)])
+    pto_set_tile(src, [max(n, 8)])
     src(f"{name}1 = pypto.arange(0.0, {float(n)!r}, 1.0)")
-    _pto_set_tile(src, [1, max(n, 8)])
+    pto_set_tile(src, [1, max(n, 8)])
     src(f"{name} = pypto.reshape({name}1, [1, {n}])")
-    _pto_set_tile(src, restore)
+    pto_set_tile(src, restore)
 
 
 # ---- cache writeback, WAR marker ----------------------------------------------------------------------------
+@template(KvTouch)
 def pypto_kv_touch(spec: KernelSpec) -> str:
     """The WAR marker as the smallest in-place touch pypto allows: the cache's first row copied onto itself (one
     32-byte-aligned tile, one task). The caller passes the same buffer as kv_cache_in and kv_cache (an in-place
@@ -70,13 +74,14 @@ def pypto_kv_touch(spec: KernelSpec) -> str:
     cache = spec.results[0]
     rest = list(cache.shape[1:])
     src = Src(spec.signature())
-    _pto_set_tile(src, [1] + rest)
+    pto_set_tile(src, [1] + rest)
     zeros = [0] * cache.rank
     src(f"y = pypto.clone(pypto.view({spec.operands[0].name}, {[1] + rest}, {zeros}))")
     src(f"pypto.assemble(y, {zeros}, {cache.name})")
     return src.text()
 
 
+@template(KvCacheWriteback)
 def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
     """kv_cache[slot[t]] = kv[t] in token order: a pypto.loop over tokens reads the slot as a runtime scalar and
     assembles the row only `if slot >= 0` (−1 skipped, later tokens win on duplicates, like the reference).
@@ -95,12 +100,12 @@ def pypto_kv_cache_writeback(spec: KernelSpec) -> str:
 def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) -> None:
     """Assemble the tile partial (mi, li, oi) as item `item` of m, l [T, n, H] and o [T, n, H, HD]."""
     src, br = blk.src, blk.rows
-    _pto_set_tile(src, [br, 1, max(heads, 8)])
+    pto_set_tile(src, [br, 1, max(heads, 8)])
     for name, t in (("mi", m_out), ("li", l_out)):
         src(f"{name}3 = {blk.reshape(name, [br, 1, heads])}")
         src(f"pypto.assemble({name}3, [{blk.r0}, {item}, 0], {t.name})")
-    o_tile = _pto_head_tile(br, heads, hd, 2 * _PTO_TILE_ELEMS)
-    _pto_set_tile(src, [o_tile[0], 1] + o_tile[1:])
+    o_tile = pto_head_tile(br, heads, hd, 2 * PTO_TILE_ELEMS)
+    pto_set_tile(src, [o_tile[0], 1] + o_tile[1:])
     src(f"oi4 = {blk.reshape('oi', [br, 1, heads, hd])}")
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
 
@@ -113,7 +118,7 @@ def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str) -> None:
     q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
     hd = q.shape[2]
     w, k = swa.shape[1], cidx.shape[1]
-    _pto_set_tile(src, [1, max(w + k, 8)])
+    pto_set_tile(src, [1, max(w + k, 8)])
     parts = [cast_expr(f"pypto.view({t.name}, [1, {n}], [{tok}, 0])", t.dtype, "f32") for t, n in ((swa, w), (cidx, k))]
     src(f"ixa = pypto.concat([{parts[0]}, {parts[1]}], 1)")
     src(f"va = pypto.where(pypto.ge(ixa, 0.0), pypto.view({bias.name}, [1, {w + k}], [{tok}, 0]), -1.0)")
@@ -121,11 +126,11 @@ def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str) -> None:
         d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles
         while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
             d_tile //= 2
-        _pto_set_tile(src, [1, max(n, 8)])
+        pto_set_tile(src, [1, max(n, 8)])
         src(f"ix = pypto.view(ixa, [1, {n}], [0, {lo}])")
         src(f"ci = pypto.reshape({cast_expr('pypto.maximum(ix, 0.0)', 'f32', 'i32')}, [{n}])")
-        _pto_row_to_col(src, "ix", n, "okc")
-        _pto_set_tile(src, [n, d_tile])  # the whole index in one tile (see the template notes)
+        pto_row_to_col(src, "ix", n, "okc")
+        pto_set_tile(src, [n, d_tile])  # the whole index in one tile (see the template notes)
         src(f"g = pypto.index_select({pool.name}, 0, ci)")
         where = f"pypto.where(pypto.ge(okc, 0.0), {cast_expr('g', pool.dtype, 'f32')}, 0.0)"
         src(f"{name} = {cast_expr(where, 'f32', pool.dtype)}")
@@ -141,11 +146,12 @@ def _pto_csa_rows(t: dict, a: int, n: int, width: int) -> str:
     return pieces[0] if len(pieces) == 1 else f"pypto.concat([{', '.join(pieces)}], 0)"
 
 
+@template(CsaQkPv)
 def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
     (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
     (2-D cube matmuls on q reshaped in place, one L0C tile of up to 512 key rows), one softmax task for all blocks
-    (attn_pto `_pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled
+    (kernels/attention_blocks.py `pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled
     through a per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates
     their rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives
     o = +0 like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so
@@ -158,50 +164,50 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     kt = int(spec.attrs["k_tile"])
     nb = (w + k) // kt
     scale = float(spec.attrs["scale"])
-    tile = _pto_key_tile(heads, kt)
-    br = _PTO_CSA_QK_ROWS
+    tile = pto_key_tile(heads, kt)
+    br = PTO_CSA_QK_ROWS
     src = Src(spec.signature())
 
     def token(tok: str) -> None:
-        _pto_scope(src, 1)
+        pto_scope(src, 1)
         _pto_csa_keys(src, spec, tok)
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
         for name, kn, n in (("sw", "kw", w), ("sc", "kc", k)):
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, heads, deep=True, tm_max=512)})")
+            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, heads, deep=True, tm_max=512)})")
             src(f"{name} = pypto.matmul({kn}, pypto.view(qf, [{heads}, {hd}], [({tok}) * {heads}, 0]), "
                 "pypto.DT_FP32, b_trans=True)")
-        _pto_scope(src, 2)
+        pto_scope(src, 2)
         mls = []
         for j in range(nb):
-            _pto_set_tile(src, [1, max(kt, 8)])
+            pto_set_tile(src, [1, max(kt, 8)])
             src(f"vr1 = pypto.view(va, [1, {kt}], [0, {j * kt}])")
-            _pto_row_to_col(src, "vr1", kt, "vc")
-            _pto_set_tile(src, tile)
+            pto_row_to_col(src, "vr1", kt, "vc")
+            pto_set_tile(src, tile)
             scores = _pto_csa_rows({"w": "sw", "c": "sc", "nw": w, "nc": k}, j * kt, kt, heads)
-            _pto_key_softmax(src, scores, heads, kt, scale, tile, f"pb{j}")
+            pto_key_softmax(src, scores, heads, kt, scale, tile, f"pb{j}")
             src(f"mr{j}, lr{j} = mr, lr")
             mls.append(j)
         for name, t in (("mr", m_out), ("lr", l_out)):
-            _pto_set_tile(src, [1, max(heads, 8)])
+            pto_set_tile(src, [1, max(heads, 8)])
             src(f'{name}w = pypto.tensor([{nb}, {heads}], {t.pto}, "{name}w")')
             for j in mls:
                 src(f"pypto.assemble({name}{j}, [{j}, 0], {name}w)")
-            _pto_set_tile(src, [1, nb, max(heads, 8)])
+            pto_set_tile(src, [1, nb, max(heads, 8)])
             src(f"pypto.assemble(pypto.reshape({name}w, [1, {nb}, {heads}], inplace=True), [{tok}, 0, 0], {t.name})")
-        _pto_scope(src, -1)
-        o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
+        pto_scope(src, -1)
+        o_tile = pto_head_tile(1, heads, hd, 2 * PTO_TILE_ELEMS)[1:]
         src(f'ow = pypto.tensor([{nb * heads}, {hd}], {o_out.pto}, "ow")')
         for j in range(nb):
             keys = _pto_csa_rows({"w": "kw", "c": "kc", "nw": w, "nc": k}, j * kt, kt, hd)
             if keys.startswith("pypto.concat"):
-                _pto_set_tile(src, [kt, min(hd, 64)])
+                pto_set_tile(src, [kt, min(hd, 64)])
                 src(f"kb = {keys}")
                 keys = "kb"
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(heads, kt, hd, deep=True)})")
+            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(heads, kt, hd, deep=True)})")
             src(f"oi = pypto.matmul(pb{j}, {keys}, pypto.DT_FP32, a_trans=True)")
-            _pto_set_tile(src, o_tile)
+            pto_set_tile(src, o_tile)
             src(f"pypto.assemble(oi, [{j * heads}, 0], ow)")
-        _pto_set_tile(src, [1, 1] + o_tile)
+        pto_set_tile(src, [1, 1] + o_tile)
         src(f"pypto.assemble(pypto.reshape(ow, [1, {nb}, {heads}, {hd}], inplace=True), [{tok}, 0, 0, 0], "
             f"{o_out.name})")
 
@@ -220,8 +226,9 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     return src.text()
 
 
+@template(HcaRawAttn)
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
-    """The raw-window stream as ONE tile per token (attn_pto `_PtoWindowAttn`, static T), valid where index ≥ 0;
+    """The raw-window stream as ONE tile per token (kernels/attention_blocks.py `PtoWindowAttn`, static T), valid where index ≥ 0;
     q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
     spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
@@ -230,7 +237,7 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     def valid_row(tok: str, a: int, n: int, r: int) -> None:
         src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
-    _PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
+    PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
     return src.text()
 
 
@@ -242,12 +249,12 @@ def _pto_cmp_mask(src: Src, phys, kvlen, pos, heads: int, ntok: int, ratio: int,
     (integers in f32, all < 2^24: exact)."""
     n_rows = phys.shape[1]
     row = [1, max(n_rows, 8)]
-    _pto_scope(src, 1)
-    _pto_set_tile(src, [8])
+    pto_scope(src, 1)
+    pto_set_tile(src, [8])
     src(f"klf = {cast_expr(f'pypto.view({kvlen.name}, [1], [req])', kvlen.dtype, 'f32')}")
-    _pto_set_tile(src, [1, 8])
+    pto_set_tile(src, [1, 8])
     src("klc = pypto.reshape(klf, [1, 1])")
-    _pto_set_tile(src, row)
+    pto_set_tile(src, row)
     src(f"klx = pypto.expand_clone(klc, [1, {n_rows}])")
     _pto_iota(src, n_rows, "col", row)
     src(f"need = pypto.mul(pypto.add(col, 1.0), {float(ratio)!r})")
@@ -256,25 +263,25 @@ def _pto_cmp_mask(src: Src, phys, kvlen, pos, heads: int, ntok: int, ratio: int,
     src(f"pvr = {cast_expr(f'pypto.view({phys.name}, [1, {n_rows}], [req, 0])', phys.dtype, 'f32')}")
     src(f"need = pypto.where(pypto.ge(pypto.sub(klx, need), 0.0), need, {_PTO_BIG!r})")
     src(f"need = pypto.where(pypto.ge(pvr, 0.0), need, {_PTO_BIG!r})")
-    _pto_set_tile(src, [8, max(n_rows, 8)])
+    pto_set_tile(src, [8, max(n_rows, 8)])
     src(f"need8 = pypto.expand_clone(need, [8, {n_rows}])")
-    _pto_set_tile(src, [max(n_rows, 8), 8])
+    pto_set_tile(src, [max(n_rows, 8), 8])
     src("nt = pypto.transpose(need8, 0, 1)")
-    _pto_set_tile(src, [max(ntok, 8)])
+    pto_set_tile(src, [max(ntok, 8)])
     src(f"pf = {cast_expr(f'pypto.view({pos.name}, [{ntok}], [r0])', pos.dtype, 'f32')}")
-    _pto_set_tile(src, [ntok, 8])
+    pto_set_tile(src, [ntok, 8])
     src(f"lim = pypto.add(pypto.reshape(pf, [{ntok}, 1]), 1.0)")
-    _pto_set_tile(src, [ntok, max(heads, 8)])
+    pto_set_tile(src, [ntok, max(heads, 8)])
     src(f"limx = pypto.expand_clone(lim, [{ntok}, {heads}])")
-    _pto_set_tile(src, [1, max(ntok * heads, 8)])
+    pto_set_tile(src, [1, max(ntok * heads, 8)])
     src(f"limr = pypto.reshape(limx, [1, {ntok * heads}])")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
 
 
 def _pto_cmp_group_tokens(heads: int, wr: int, ntok: int) -> int:
     """Tokens per softmax task: as many as one f32 [work_rows, tokens·H] tile of 64 KiB holds (fewer, larger
     tasks; a 128 KiB tile overflows the UB)."""
-    return max(1, min(ntok, 2 * _PTO_TILE_ELEMS // max(1, wr * heads)))
+    return max(1, min(ntok, 2 * PTO_TILE_ELEMS // max(1, wr * heads)))
 
 
 def _pto_cmp_softmax_t(src: Src, cols: int, width: int, scale: float, tile) -> None:
@@ -282,17 +289,17 @@ def _pto_cmp_softmax_t(src: Src, cols: int, width: int, scale: float, tile) -> N
     s [width, cols] → s·scale, −1e20 where not ok; mi [1, cols] = the max over the keys; p = exp(s − mi)
     (0 where not ok); li [1, cols] = numpy's pairwise Σp over the keys, bitwise (its accumulators are row
     blocks); pb = bf16(p)."""
-    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {_PTO_NEG!r})")
+    src(f"s = pypto.where(ok, pypto.mul(s, {scale!r}), {PTO_NEG_ATTN!r})")
     src("mi = pypto.amax(s, 0, keepdim=True)")
     src("p = pypto.where(ok, pypto.exp(pypto.sub(s, mi)), 0.0)")
 
     def rows(t: str, off: int, k: int) -> str:
         return f"pypto.view({t}, [{k}, {cols}], [{off}, 0])"
 
-    _pto_set_tile(src, [8, tile[1]])
-    total = _pto_pairwise_tree(src, _pto_namer("ps"), rows, "p", 0, width)
+    pto_set_tile(src, [8, tile[1]])
+    total = pto_pairwise_tree(src, pto_namer("ps"), rows, "p", 0, width)
     src(f"li = {total}")
-    _pto_set_tile(src, tile)
+    pto_set_tile(src, tile)
     src("pb = pypto.cast(p, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
 
 
@@ -300,7 +307,7 @@ def _pto_cmp_store_row(src: Src, name: str, out, heads: int, n: int, t0: int, w:
     """Store the row `name` [1, n·H] of tokens r0+t0 … (m or l of a group) as their item w of out [T, works, H]:
     token by token (a reshape to [1, 1, H] is free in the forced subgraph), or as one [n, 1, H] reshape when a
     token's [1, H] view would be narrower than 32 bytes."""
-    _pto_set_tile(src, [1, 1, max(heads, 8)])
+    pto_set_tile(src, [1, 1, max(heads, 8)])
     if n > 1 and heads % 8:
         src(f"pypto.assemble(pypto.reshape({name}, [{n}, 1, {heads}]), [r0 + {t0}, {w}, 0], {out.name})")
         return
@@ -322,21 +329,21 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
     scale = float(spec.attrs["scale"])
     g = _pto_cmp_group_tokens(heads, wr, ntok)
     _pto_cmp_mask(src, phys, kvlen, pos, heads, ntok, int(spec.attrs["ratio"]), int(spec.attrs["max_rows"]))
-    o_tile = _pto_head_tile(1, heads, hd, 2 * _PTO_TILE_ELEMS)[1:]
-    _pto_set_tile(src, o_tile)
+    o_tile = pto_head_tile(1, heads, hd, 2 * PTO_TILE_ELEMS)[1:]
+    pto_set_tile(src, o_tile)
     src(f"q2 = pypto.view(qf, [{ntok * heads}, {hd}], [r0 * {heads}, 0])")
     scope = 2
     for w in range(n_rows // wr):
-        _pto_set_tile(src, _pto_head_tile(1, wr, hd, 2 * _PTO_TILE_ELEMS)[1:])
+        pto_set_tile(src, pto_head_tile(1, wr, hd, 2 * PTO_TILE_ELEMS)[1:])
         src(f"k2 = pypto.view(kf, [{wr}, {hd}], [req * {n_rows} + {w * wr}, 0])")
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(wr, hd, ntok * heads, 'bf16')})")
+        src(f"pypto.set_cube_tile_shapes({pto_cube_shapes(wr, hd, ntok * heads, 'bf16')})")
         src("st = pypto.matmul(k2, q2, pypto.DT_FP32, b_trans=True)")
         for t0 in range(0, ntok, g):
             n = min(g, ntok - t0)
             cols = n * heads
             tile = [wr, max(cols, 8)]
-            _pto_set_tile(src, tile)
-            _pto_scope(src, scope)
+            pto_set_tile(src, tile)
+            pto_scope(src, scope)
             scope += 1
             src(f"s = pypto.view(st, [{wr}, {cols}], [0, {t0 * heads}])")
             src(f"lt = pypto.expand_clone(pypto.view(limr, [1, {cols}], [0, {t0 * heads}]), [{wr}, {cols}])")
@@ -345,14 +352,15 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
             _pto_cmp_softmax_t(src, cols, wr, scale, tile)
             for name, out in (("mi", m_out), ("li", l_out)):
                 _pto_cmp_store_row(src, name, out, heads, n, t0, w)
-            _pto_scope(src, -1)
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_shapes(cols, wr, hd, 'bf16')})")
+            pto_scope(src, -1)
+            src(f"pypto.set_cube_tile_shapes({pto_cube_shapes(cols, wr, hd, 'bf16')})")
             src("oi = pypto.matmul(pb, k2, pypto.DT_FP32, a_trans=True)")
-            _pto_set_tile(src, [1, 1] + o_tile)
+            pto_set_tile(src, [1, 1] + o_tile)
             src(f"pypto.assemble(pypto.reshape(oi, [{n}, 1, {heads}, {hd}], inplace=True), [r0 + {t0}, {w}, 0, 0], "
                 f"{o_out.name})")
 
 
+@template(HcaCmpQkPv)
 def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
     """Per (token, work item) tile partials over the token's request rows (`_pto_cmp_tokens`), in the transposed
     layout sᵀ = K·qᵀ (keys × (token, head)): the softmax reduces over rows, so m and l come out as rows, and
@@ -383,6 +391,7 @@ def pypto_hca_cmp_qk_pv(spec: KernelSpec) -> str:
 
 
 # ---- HCA data movement ------------------------------------------------------------------------------------
+@template(HcaRawTranspose)
 def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     """rows [T, W, HD] → [T, HD, W]: `pypto.transpose` of the last two axes (exact), tiles of ≤ 32 KiB and at most
     128 × 128 (a transpose holds several tile-sized UB buffers; the flash [128, 128] bf16 tile compiles and
@@ -397,28 +406,29 @@ def pypto_hca_raw_transpose(spec: KernelSpec) -> str:
     ntok, w, hd = rows.shape
     tw, th = min(w, 128), min(hd, 128)
     tr = max(1, min(8, (32 * 1024) // (tw * th * rows.itemsize)))
-    n = max(1, min(ntok, -(-ntok // _PTO_VECTOR_CORES)))
+    n = max(1, min(ntok, -(-ntok // PTO_VECTOR_CORES)))
     n = -(-n // tr) * tr if n >= tr else n  # whole tiles of rows
     n = min(n, ntok)
-    tr = _pto_divisor(n, tr)
+    tr = pto_divisor(n, tr)
     nb = -(-ntok // n)
     src = Src(spec.signature())
     with src.block(f'for blk in pypto.loop(0, {nb}, 1, name="tok_loop", idx_name="blk"):'):
         src(f"t0 = {f'blk * {n}' if nb * n == ntok else f'pypto.min(blk * {n}, {ntok - n})'}")
-        _pto_scope(src, 1)
-        _pto_set_tile(src, [tr, tw, th])
+        pto_scope(src, 1)
+        pto_set_tile(src, [tr, tw, th])
         src(f"x = pypto.view({rows.name}, [{n}, {w}, {hd}], [t0, 0, 0])")
-        _pto_set_tile(src, [n, 1, tw])
+        pto_set_tile(src, [n, 1, tw])
         src(f"zero = pypto.full([{n}, 1, {tw}], 0.0, pypto.DT_FP32)")
-        _pto_set_tile(src, [tr, th, tw])
+        pto_set_tile(src, [tr, th, tw])
         src("y = pypto.transpose(x, 1, 2)")
         y32 = cast_expr("y", rows.dtype, "f32")
         src(f"y = {cast_expr(f'pypto.sub({y32}, zero)', 'f32', out.dtype)}")
         src(f"pypto.assemble(y, [t0, 0, 0], {out.name})")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
     return src.text()
 
 
+@template(HcaCmpWorkGather)
 def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     """phys[b, i] = table[b, i // bs]·bs + i % bs (−1 past the table or unmapped): the page of column i is static,
     so each page is one table column broadcast over its bs columns plus an iota. The whole table's part (phys,
@@ -432,40 +442,40 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     bs, wr, works = (int(spec.attrs[k]) for k in ("block_size", "work_rows", "works"))
     n = wr * works
     src = Src(spec.signature())
-    _pto_scope(src, 1)
+    pto_scope(src, 1)
     parts = []
     for p in range(-(-n // bs)):
         cols = min(bs, n - p * bs)
         name = f"ph{p}"
         tile = [b_n, max(cols, 8)]
         if p < pages:
-            _pto_set_tile(src, [b_n, 8])
+            pto_set_tile(src, [b_n, 8])
             src(f"tb = {cast_expr(f'pypto.view({table.name}, [{b_n}, 1], [0, {p}])', table.dtype, 'f32')}")
-            _pto_set_tile(src, tile)
+            pto_set_tile(src, tile)
             src(f"tbx = pypto.expand_clone(tb, [{b_n}, {cols}])")
             _pto_iota(src, cols, "jr", tile)
             src(f"{name} = pypto.where(pypto.ge(tbx, 0.0), pypto.add(pypto.mul(tbx, {float(bs)!r}), jr), -1.0)")
         else:
-            _pto_set_tile(src, tile)
+            pto_set_tile(src, tile)
             src(f"{name} = pypto.full([{b_n}, {cols}], -1.0, pypto.DT_FP32)")
         parts.append(name)
-    _pto_set_tile(src, [b_n, max(n, 8)])
+    pto_set_tile(src, [b_n, max(n, 8)])
     src(f"phf = {parts[0] if len(parts) == 1 else 'pypto.concat([' + ', '.join(parts) + '], -1)'}")
     src(f"phi = {cast_expr('phf', 'f32', 'i32')}")
     src(f"pypto.assemble(phi, [0, 0], {phys_out.name})")
     src("cia = pypto.maximum(phi, 0)")
-    _pto_set_tile(src, [1, n, 8])
+    pto_set_tile(src, [1, n, 8])
     src(f"oka = pypto.ge(pypto.reshape(phf, [{b_n}, {n}, 1]), 0.0)")
-    _pto_scope(src, -1)
+    pto_scope(src, -1)
     d_tile = hd
     while n * d_tile * 2 > 64 * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
     for b in range(b_n):
-        _pto_set_tile(src, [1, max(n, 8)])
+        pto_set_tile(src, [1, max(n, 8)])
         src(f"ci = pypto.view(cia, [1, {n}], [{b}, 0])")
-        _pto_set_tile(src, [1, n, 8])
+        pto_set_tile(src, [1, n, 8])
         src(f"okr = pypto.view(oka, [1, {n}, 1], [{b}, 0, 0])")
-        _pto_set_tile(src, [1, n, d_tile])
+        pto_set_tile(src, [1, n, d_tile])
         src(f"g = pypto.index_select({cache.name}, 0, ci)")
         src(f"y = {cast_expr('pypto.where(okr, g, 0.0)', 'f32', rows_out.dtype)}")
         src(f"pypto.assemble(y, [{b}, 0, 0], {rows_out.name})")
@@ -485,7 +495,7 @@ def _pto_numel(t) -> int:
 def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
     """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
     state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
-    hca_stream_pack (pack only), on attn_pto `_PtoGroupMerge` tasks; static T. The heads, the items' heads and
+    hca_stream_pack (pack only), on kernels/attention_blocks.py `PtoGroupMerge` tasks; static T. The heads, the items' heads and
     the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
     spec = spec.static()
     ops = spec.operands
@@ -512,7 +522,7 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
         lead = 1 if t is sink else ntok
         flat[t.name] = f"{t.name}2"
         src(f"{t.name}2 = pypto.reshape({t.name}, [{lead}, {_pto_numel(t) // lead}], inplace=True)")
-    mg = _PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
+    mg = PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
     with mg.blocks():
         factors = []
         if items:
@@ -545,23 +555,28 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
     return src.text()
 
 
+@template(CsaMergeNorm)
 def pypto_csa_merge_norm(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=True, merge=True, pack=True)
 
 
+@template(HcaStreamMerge)
 def pypto_hca_stream_merge(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=False)
 
 
+@template(HcaStreamMergePack)
 def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True)
 
 
+@template(HcaStreamPack)
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------
+@template(CsaSlotsBuildValidQkPlan)
 def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     """The CSA plan on whole [T, ·] tensors (static T: qk_order sorts the items of all tokens at once).
     keep ⇔ raw ≥ 0 ∧ (raw+1)·r ≤ pos+1 (≡ raw < (pos+1)//r in integers); page = trunc((raw + ½)/bs), rem =
@@ -580,12 +595,12 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     blocks = (w + k) // kt
     n_items = t_n * blocks
     src = Src(spec.signature())
-    _pto_set_tile(src, [max(t_n, 8)])
+    pto_set_tile(src, [max(t_n, 8)])
     src(f"pf = {cast_expr(pos.name, pos.dtype, 'f32')}")
-    _pto_set_tile(src, [t_n, 8])
+    pto_set_tile(src, [t_n, 8])
     src(f"lim = pypto.add(pypto.reshape(pf, [{t_n}, 1]), 1.0)")
     wide = _pto_big_tile((t_n, k))
-    _pto_set_tile(src, wide)
+    pto_set_tile(src, wide)
     src(f"rf = {cast_expr(f'pypto.view({topk.name}, [{t_n}, {k}], [0, 0])', topk.dtype, 'f32')}")
     src(f"need = pypto.mul(pypto.add(rf, 1.0), {float(ratio)!r})")
     src("keep = pypto.where(pypto.ge(rf, 0.0), pypto.where(pypto.le(pypto.sub(need, lim), 0.0), 1.0, 0.0), 0.0)")
@@ -595,47 +610,33 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"rem = pypto.sub(rc, pypto.mul(pg, {float(bs)!r}))")
     src(f"keep = pypto.where(pypto.lt(pg, {float(pages)!r}), keep, 0.0)")
     src(f"pgi = pypto.cast(pypto.minimum(pg, {float(pages - 1)!r}), pypto.DT_INT32, pypto.CastMode.CAST_RINT)")
-    _pto_token_table_rows(src, table, b_n, seq)
-    _pto_set_tile(src, wide)
-    src("bv = pypto.gather(tbt, 1, pgi)")
+    token_tables = pto_token_table_rows(src, table, b_n, seq)
+    pto_set_tile(src, wide)
+    src(f"bv = pypto.gather({token_tables}, 1, pgi)")
     src("keep = pypto.where(pypto.ge(bv, 0.0), keep, 0.0)")
     src(f"physf = pypto.where(pypto.ge(keep, 0.5), pypto.add(pypto.mul(bv, {float(bs)!r}), rem), -1.0)")
     src(f"ci = {cast_expr('physf', 'f32', 'i32')}")
     src(f"pypto.assemble(ci, [0, 0], {cidx_out.name})")
     src("vc = pypto.where(pypto.ge(physf, 0.0), 1.0, 0.0)")
-    _pto_set_tile(src, _pto_big_tile((t_n, w)))
+    pto_set_tile(src, _pto_big_tile((t_n, w)))
     src(f"vw = pypto.where(pypto.ge({cast_expr(swa.name, swa.dtype, 'f32')}, 0.0), 1.0, 0.0)")
-    _pto_set_tile(src, _pto_big_tile((t_n, w + k)))
+    pto_set_tile(src, _pto_big_tile((t_n, w + k)))
     src("va = pypto.concat([vw, vc], -1)")
-    src(f"bias = pypto.where(pypto.ge(va, 0.5), 0.0, {_PTO_NEG!r})")
+    src(f"bias = pypto.where(pypto.ge(va, 0.5), 0.0, {PTO_NEG_ATTN!r})")
     src(f"pypto.assemble(bias, [0, 0], {bias_out.name})")
-    _pto_set_tile(src, _pto_big_tile((t_n, blocks, kt)))
+    pto_set_tile(src, _pto_big_tile((t_n, blocks, kt)))
     src(f"va3 = pypto.reshape(va, [{t_n}, {blocks}, {kt}])")
     src("ne3 = pypto.amax(va3, -1, keepdim=True)")
     src(f"ne = pypto.reshape(ne3, [{t_n}, {blocks}])")
-    _pto_set_tile(src, [t_n, max(blocks, 8)])
+    pto_set_tile(src, [t_n, max(blocks, 8)])
     src(f"vm = {cast_expr('ne', 'f32', 'i32')}")
     src(f"pypto.assemble(vm, [0, 0], {vmask_out.name})")
     src(f"ne1 = pypto.reshape(ne, [1, {n_items}])")
     _pto_iota(src, n_items, "item", [1, n_items])
     src(f"key = pypto.add(pypto.mul(ne1, {float(n_items)!r}), pypto.neg(item))")
     src(f"vals, idx = pypto.topk(key, {n_items}, -1, True)")
-    _pto_set_tile(src, [n_items])
+    pto_set_tile(src, [n_items])
     src(f"pypto.assemble(pypto.reshape(idx, [{n_items}]), [0], {order_out.name})")
     return src.text()
 
-
-PYPTO_TEMPLATES = {
-    "kv_touch": pypto_kv_touch, "o_local_bridge": pypto_copy,
-    "kv_cache_writeback": pypto_kv_cache_writeback,
-    "csa_slots_build_valid_qk_plan": pypto_csa_slots_build_valid_qk_plan,
-    "csa_qk_pv": pypto_csa_qk_pv,
-    "csa_merge_norm": pypto_csa_merge_norm,
-    "hca_raw_transpose": pypto_hca_raw_transpose,
-    "hca_raw_attn": pypto_hca_raw_attn,
-    "hca_cmp_work_gather": pypto_hca_cmp_work_gather,
-    "hca_cmp_qk_pv": pypto_hca_cmp_qk_pv,
-    "hca_stream_merge": pypto_hca_stream_merge,
-    "hca_stream_pack": pypto_hca_stream_pack,
-    "hca_stream_merge_pack": pypto_hca_stream_merge_pack,
-}
+template(OLocalBridge)(pypto_copy)

@@ -4,16 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
-# Source generators for the lowering (see kernels/_pypto.py).
+# Source generators for the lowering (see kernels/pto.py).
 # * matmul_partials: per row block, one cube matmul per contiguous K slice (the np.linspace cut of the
 #   reference), each f32 product assembled into its own row block s·M + m of the partials buffer. The
 #   cube sums a slice in its own order, so the partials equal the reference bit for bit only where every
 #   sum is exact (otherwise to f32 summation-order rounding).
 # * split_reduce: the op is hc_pre_linear_reduce under another name (same attributes, same reference), so
 #   it reuses that template: the k_split row blocks added in ascending split order, bitwise.
-from ._pypto import KernelSpec, RowLoop, Src, py_list, vec_tile  # noqa: E402
-from .hc import pypto_hc_pre_linear_reduce  # noqa: E402
-from .matmul import _pto_cube_plan, _pto_cube_setup  # noqa: E402
+from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
+
+from .cube import pto_cube_plan, pto_cube_setup
+from .hc import pypto_hc_pre_linear_reduce
+from .pto import KernelSpec, RowLoop, Src, py_list, vec_tile
+from .registry import template
 
 
 def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
@@ -21,6 +24,7 @@ def _pto_split_bounds(extent: int, splits: int) -> list[tuple[int, int]]:
     return [(int(bounds[i]), int(bounds[i + 1])) for i in range(splits)]
 
 
+@template(MatmulPartials)
 def pypto_matmul_partials(spec: KernelSpec) -> str:
     a, b = spec.operands
     out = spec.results[0]
@@ -30,7 +34,7 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     splits = _pto_split_bounds(k, int(spec.attrs.get("k_split", 1)))
     src = Src(spec.signature())
     # one block of up to 64 rows per loop iteration (fewer task chains than the IR's SPMD m-tile; the cube
-    # tiles and task grouping inside the block: `_pto_cube_plan`)
+    # tiles and task grouping inside the block: `pto_cube_plan`)
     loop = RowLoop(src, a, 64 if (a.is_dynamic(0) or m > 128) else m)
     br = loop.shape(a)[0]
     rows = f"{a.name}.shape[0]" if a.is_dynamic(0) else str(m)
@@ -38,9 +42,9 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
     valid = loop.looped and loop.partial
     trans = ", b_trans=True" if trans_b else ""
     k_tile = max(hi - lo for lo, hi in splits)
-    plan = _pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
+    plan = pto_cube_plan(m, br, len(splits), k_tile, n, a.dtype)
     with loop.loop():
-        _pto_cube_setup(src, plan)
+        pto_cube_setup(src, plan)
         for s, (lo, hi) in enumerate(splits):
             if (lo, hi) == (0, k):
                 a_part, b_part = loop.view(a), b.name
@@ -56,5 +60,4 @@ def pypto_matmul_partials(spec: KernelSpec) -> str:
             src(f"pypto.assemble(p{s}, [{row}, 0], {out.name})")
     return src.text()
 
-
-PYPTO_TEMPLATES = {"matmul_partials": pypto_matmul_partials, "split_reduce": pypto_hc_pre_linear_reduce}
+template(SplitReduce)(pypto_hc_pre_linear_reduce)

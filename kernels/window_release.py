@@ -12,12 +12,13 @@ from __future__ import annotations
 # this rank's exchange window along `axis` into a local tensor. Its template is that local copy only
 # (view → clone → assemble, bitwise); barrier 2 and the credit reset around it stay with the collective
 # runtime (the lowering runs collectives on numpy; pypto's distributed ops cannot run on CPU).
-from ._pypto import KernelSpec, RowLoop, Src, vec_tile  # noqa: E402
+from dspark_ir.ops.window_release import WindowRelease
 
-PYPTO_UNSUPPORTED = {
-    "window_release": "cross-rank barrier + credit reset with no data: pypto 0.2.0 distributed/shmem ops "
-                      "segfault in the CPU simulation and the calculator cannot interpret them",
-}
+from .pto import KernelSpec, RowLoop, Src, vec_tile
+from .registry import unsupported
+
+unsupported(WindowRelease, "cross-rank barrier + credit reset with no data: pypto 0.2.0 distributed/shmem ops "
+                           "segfault in the CPU simulation and the calculator cannot interpret them")
 
 
 def pypto_window_copy_out(spec: KernelSpec) -> str:

@@ -25,23 +25,29 @@ BACKENDS = {
 
 
 def numpy_backend(g, inputs):
-    from . import build_task_graph, run_numpy
+    from . import run_numpy
 
-    return run_numpy(build_task_graph(g), inputs)
+    return run_numpy(_lowered(g), inputs)
 
 
 def shuffled_backend(g, inputs):
-    from . import build_task_graph, run_shuffled
+    from . import run_shuffled
 
-    return run_shuffled(build_task_graph(g), inputs, int(os.environ.get("DSPARK_SHUFFLE_SEED", "0")))
+    return run_shuffled(_lowered(g), inputs, int(os.environ.get("DSPARK_SHUFFLE_SEED", "0")))
 
 
 def pypto_backend(g, inputs):
-    from . import build_task_graph
     from .pypto_exec import PyptoReport, run_pypto
 
     report = PyptoReport()
     try:
-        return run_pypto(build_task_graph(g), inputs, report=report)
+        return run_pypto(_lowered(g), inputs, report=report)
     finally:
         print("\n".join(report.describe()), file=sys.stderr)
+
+
+def _lowered(g):
+    """The task graph of `g` as it is (the run command verified it and ran its pipeline)."""
+    from .driver import compile
+
+    return compile(g, verify=False, sources=False).tg

@@ -1,10 +1,16 @@
 """Graph → task graph: partition into kernels, place values in buffers, derive and reduce dependencies.
 
-* Every compute node is one kernel task (one pypto kernel); `join` nodes (and other zero-work nodes
-  whose results are all tokens) are dummy tasks. Pure view ops (`VIEW_RULES`: reshape, slice) become
-  views of their operand's buffer; a reshape that no strided view expresses falls back to a copy task.
-  A `concat` whose operands are all fresh kernel results is a view too: each producer writes straight
-  into its slot of the concat buffer ("placement"); otherwise the concat is a copy task.
+* What a node becomes is its op's own fact, `OpDef.lowers_to` (dspark_ir/ops/base.py `LOWERS_TO`): every
+  compute node is one kernel task (one pypto kernel); `dummy` nodes (join, and other zero-work nodes whose
+  results are all tokens) are dummy tasks. `view` ops (reshape, slice) become views of their operand's
+  buffer through the view rule registered for their op class (`VIEW_RULES`); a reshape that no strided view
+  expresses falls back to a copy task (`MAY_COPY`). A `placement` op (concat) whose operands are all fresh
+  kernel results is a view too: each producer writes straight into its slot of the result buffer;
+  otherwise it is a copy task.
+  Why two forms: that reshape is a view is the op's own fact, which passes read too (they cannot import the
+  lowering), so it is a class attribute; how to express it as a strided view is lowering's (it computes on
+  `regions.View`), so that rule is registered here against the op class. A `view` op without a rule fails
+  the build with its name (and tests/lowering/test_op_keyed.py checks them all).
 * In-place updates (the op's `aliases`) write into their operand's buffer; `inout` graph parameters
   are external buffers, other parameters read-only inputs; every other value gets a local buffer.
 * Submission order is a topological order of the data and `deps(...)` edges plus one edge from every
@@ -22,6 +28,8 @@ import networkx as nx
 
 from dspark_ir.dims import Dim
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops import OpDef
+from dspark_ir.ops.core import Reshape, Slice
 from dspark_ir.types import TensorType
 
 from .errors import LoweringError
@@ -31,17 +39,39 @@ from .taskgraph import Arg, Buffer, Task, TaskGraph
 
 ViewRule = Callable[[View, Mapping[str, Any]], "View | None"]
 
-VIEW_RULES: dict[str, ViewRule] = {
-    "reshape": lambda v, a: v.reshape(a["shape"]),
-    "slice": lambda v, a: v.slice(a["axis"], a["start"], a["size"]),
+# The view of a `view` op's result, per op class. None: no strided view expresses it (a copy task instead).
+VIEW_RULES: dict[type[OpDef], ViewRule] = {
+    Reshape: lambda v, a: v.reshape(a["shape"]),
+    Slice: lambda v, a: v.slice(a["axis"], a["start"], a["size"]),
 }
-PLACEMENT_OPS = {"concat"}   # ops whose operands may be written in place into the result's slots
-DUMMY_OPS = {"join"}
+MAY_COPY: set[type[OpDef]] = {Reshape}   # view ops whose rule can return None: their nodes may be copy tasks
 
 
-def register_view_rule(op: str, rule: ViewRule) -> None:
-    """Make `op` a pure view: `rule(operand_view, concrete_attrs)` returns its result's view or None."""
+def register_view_rule(op: type[OpDef], rule: ViewRule, *, may_copy: bool = True) -> None:
+    """The view rule of a `view` op (`lowers_to = "view"`): `rule(operand_view, concrete_attrs)` returns its
+    result's view, or None when no strided view expresses it (`may_copy`: the node is then a copy task)."""
+    if op.lowers_to != "view":
+        raise ValueError(f"op '{op.name}' is not a view op (lowers_to = '{op.lowers_to}')")
     VIEW_RULES[op] = rule
+    if may_copy:
+        MAY_COPY.add(op)
+    else:
+        MAY_COPY.discard(op)
+
+
+def lowers_to_kernel(op: type[OpDef]) -> bool:
+    """Whether a node of `op` can become a kernel task (what templates and roofline rules must cover): not a
+    dummy, and not a view op whose every node is a view."""
+    return op.lowers_to != "dummy" and (op.lowers_to != "view" or op in MAY_COPY)
+
+
+def view_rule(node: Node) -> ViewRule:
+    """The registered view rule of a `view` node's op; a view op without one is an error naming it."""
+    rule = VIEW_RULES.get(node.opdef)
+    if rule is None:
+        raise LoweringError(f"op '{node.op}' lowers to a view but has no view rule (lowering/build.py "
+                            "VIEW_RULES, register_view_rule)", node.where)
+    return rule
 
 
 def build_task_graph(g: Graph) -> TaskGraph:
@@ -166,7 +196,7 @@ class _Builder:
     def _plan_placements(self) -> None:
         updated = {n.operands[o].name for n in self.g.nodes.values() for o in self._aliases(n).values()}
         for node in self.g.topo_order():
-            if node.op not in PLACEMENT_OPS:
+            if node.opdef.lowers_to != "placement":
                 continue
             names = [x.name for x in node.operands]
             ok = all(self._placeable(x, updated) for x in node.operands) and len(set(names)) == len(names)
@@ -181,7 +211,7 @@ class _Builder:
         node = x.producer
         if node is None or x.type.is_token or x.name in self.placed or x.name in updated:
             return False
-        if node.op in VIEW_RULES or node.op in PLACEMENT_OPS or _is_dummy(node):
+        if node.opdef.lowers_to in ("view", "placement") or _is_dummy(node):
             return False
         return self._alias_of(x) is None
 
@@ -189,12 +219,12 @@ class _Builder:
         if _is_dummy(node):
             self.kind[node.name] = "dummy"
             return
-        if node.op in PLACEMENT_OPS and node.operands and all(x.name in self.placed for x in node.operands):
+        lowers_to = node.opdef.lowers_to
+        if lowers_to == "placement" and node.operands and all(x.name in self.placed for x in node.operands):
             self.kind[node.name] = "view"
             return
-        rule = VIEW_RULES.get(node.op)
-        if rule is not None and len(node.operands) == 1 and len(node.results) == 1:
-            view = rule(self._view(node.operands[0]), self._attrs(node))
+        if lowers_to == "view" and len(node.operands) == 1 and len(node.results) == 1:
+            view = view_rule(node)(self._view(node.operands[0]), self._attrs(node))
             if view is not None:
                 if view.shape != tuple(self._shape(node.result.type)):
                     raise LoweringError(f"view rule for '{node.op}' gives shape {view.shape}, declared "
@@ -207,7 +237,7 @@ class _Builder:
     # ---- order ----------------------------------------------------------------------------------
     def _version_root(self, v: Value) -> str:
         while v.producer is not None and self.kind.get(v.producer.name) == "view" \
-                and v.producer.op not in PLACEMENT_OPS:
+                and v.producer.opdef.lowers_to != "placement":
             v = v.producer.operands[0]
         return v.name
 
@@ -372,10 +402,11 @@ def _operand_name(node: Node, i: int) -> str:
 
 
 def _is_dummy(node: Node) -> bool:
-    if node.op in DUMMY_OPS:
+    opdef = node.opdef
+    if opdef.lowers_to == "dummy":
         return True
-    return node.opdef.core_of(node.attrs) == "none" and node.op not in VIEW_RULES \
-        and node.op not in PLACEMENT_OPS and all(v.type.is_token for v in node.results)
+    return opdef.core_of(node.attrs) == "none" and opdef.lowers_to not in ("view", "placement") \
+        and all(v.type.is_token for v in node.results)
 
 
 def _concrete(value: Any, env: Mapping[str, int], node: Node) -> Any:

@@ -6,12 +6,12 @@
   `WorkerPool` for the whole graph), their outputs are written into the buffers, then the next wave is
   formed. Each job also carries the numpy reference's output as its golden, so pypto's own tensor-graph
   check compares against it. A multi-rank graph (TP > 1, EP) runs one job per task and rank.
-* Where a task runs (`placement`): its family's template (`PYPTO_TEMPLATES`; for a collective that is its
+* Where a task runs (`placement`): its op's template (`kernels.registry`; for a collective that is its
   local data part, e.g. window_copy_out's copy, whose barriers move no data and are implied by the wave
-  order), or at one rank the one-rank form of a collective (`PYPTO_TEMPLATES_EP1`: MoE dispatch_meta,
+  order), or at one rank the one-rank form of a collective (`@one_rank_template`: MoE dispatch_meta,
   dispatch_push and combine, whose peers do not exist). Cross-rank collectives (puts, signals, all-to-all, reduce-scatter)
   run their numpy reference on all ranks in lockstep: pypto 0.2.0's distributed ops SIGSEGV in the CPU
-  simulation and its calculator cannot interpret them (the family's `PYPTO_UNSUPPORTED` reason is
+  simulation and its calculator cannot interpret them (the op's `unsupported` reason is
   reported). A one-rank signal op has no peer and does nothing (`no-op`). A local task without a template
   is a `numpy-fallback` (an error with `strict=True`).
 * `check_kernels(tg, mode)` compiles (`compile`: to the execute graph) or simulates (`sim`: cost-model
@@ -19,14 +19,17 @@
 """
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .codegen import RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec
+from dspark_ir.ops import get_op
+from kernels import registry
+
+from .codegen import (RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec,
+                      op_definition, template_of)
 from .errors import LoweringError
 from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
 from .taskgraph import Task, TaskGraph
@@ -37,7 +40,6 @@ COLLECTIVE = "numpy-collective"   # a cross-rank op: its numpy reference on all 
 NOOP = "no-op"                    # a signal op at one rank: no peer, nothing to compute
 FALLBACK = "numpy-fallback"       # a local op without a pypto template (a gap)
 DUMMY = "dummy"
-_SIGNAL_OPS = ("signal_notify", "signal_wait", "signal_barrier", "window_release")
 CROSS_RANK_WHY = ("cross-rank collectives run their numpy reference on all ranks in lockstep: pypto 0.2.0 expresses "
                   "remote stores and signals only with pypto.distributed / shmem ops, which compile but SIGSEGV in "
                   "the CPU cost-model simulation, and its host calculator cannot interpret them (no numbers on CPU)")
@@ -159,17 +161,17 @@ def placement(task: Task, tg: TaskGraph) -> tuple[str, str, Template | None]:
     """(backend, why, template) of a task under the pypto executor (see the module doc)."""
     if task.is_dummy:
         return DUMMY, "", None
-    template = find_template(task, tg.ranks)
+    template = template_of(task, tg)
     if template is not None:
         if not task.collective:
             return PYPTO, "", template
         if template is find_template(task):
             return PYPTO, "local part of a collective; its barriers move no data", template
         return PYPTO, "one-rank form of a collective", template
-    module = _family(task)
-    if tg.ranks == 1 and task.op in _SIGNAL_OPS:
+    if tg.ranks == 1 and get_op(task.op).lowers_to == "signal":
         return NOOP, "signal op at one rank: no peer, nothing to compute", None
-    reason = (getattr(module, "PYPTO_UNSUPPORTED", None) or {}).get(task.op)
+    opdef = op_definition(task.op) if task.family else None
+    reason = registry.unsupported_reason(opdef) if opdef is not None else None
     if task.collective and tg.ranks == 1:
         return COLLECTIVE, "no one-rank pypto form" + (f": {_one_rank_reason(reason)}" if reason else ""), None
     if task.collective:
@@ -177,24 +179,15 @@ def placement(task: Task, tg: TaskGraph) -> tuple[str, str, Template | None]:
     return FALLBACK, _short_reason(reason) if reason else "no pypto 0.2.0 template for this op yet", None
 
 
-def _family(task: Task):
-    if not task.family:
-        return None
-    try:
-        return importlib.import_module(f"kernels.{task.family}")
-    except ImportError:
-        return None
-
-
 def _one_rank_reason(reason: str) -> str:
-    """The sentences of a PYPTO_UNSUPPORTED reason about the one-rank case (they mention EP1 or one rank)."""
+    """The sentences of an unsupported reason about the one-rank case (they mention EP1 or one rank)."""
     sentences = [x.strip() for x in reason.split(". ")]
     picked = [x for x in sentences if "EP1" in x or "one rank" in x.lower()]
     return ". ".join(picked) if picked else _short_reason(reason)
 
 
 def _short_reason(reason: str) -> str:
-    """The first clause of a PYPTO_UNSUPPORTED reason (what the op does across ranks)."""
+    """The first clause of an unsupported reason (what the op does across ranks)."""
     return reason.split(";")[0].strip()
 
 

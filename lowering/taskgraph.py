@@ -179,8 +179,10 @@ class TaskGraph:
     attributes: dict[str, Any] = field(default_factory=dict)
     ranks: int = 1
     ir_hash: str = ""
-    # generated kernel functions by kernel (lowering.codegen.kernel_body): not part of the task graph
+    # generated kernel functions by kernel (lowering.codegen.generate) and each task's template by task id
+    # (lowering.codegen.template_of): caches of the code generator, not part of the task graph
     bodies: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    templates: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self.tasks)

@@ -9,11 +9,13 @@ import networkx as nx
 from dspark_ir import dims as D
 from dspark_ir.errors import VerifyError
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops import OpDef
+from dspark_ir.ops.core import Cast, Concat, Join, Reshape, Slice
 from dspark_ir.types import DType
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import erase_if_dead, is_returned, replace_node, set_attrs, set_deps, set_operand
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import erase_if_dead, is_returned, replace_node, set_attrs, set_deps, set_operand
 
 # Casts a -> b that are exact for every value of a (so cast(cast(x, b), a) == x).
 EXACT_WIDENING = {(DType.bf16, DType.fp32), (DType.fp16, DType.fp32), (DType.fp8, DType.bf16),
@@ -29,9 +31,12 @@ class Site:
 @dataclass(frozen=True)
 class Rule:
     name: str
-    ops: tuple[str, ...]
+    ops: tuple[type[OpDef], ...]                    # the op kinds it looks at; empty: every op
     check: Callable[[Graph, Node], "bool | str"]   # True: fires; a str: why it does not (a near miss)
     apply: Callable[[Graph, Node], str]             # rewrites; returns the record's detail
+
+    def applies_to(self, node: Node) -> bool:
+        return not self.ops or node.opdef in self.ops
 
 
 @register_pass
@@ -62,7 +67,7 @@ class Canonicalize(Pass):
     def match(self, g: Graph):
         for node in g.topo_order():
             for rule in RULES:
-                if "*" not in rule.ops and node.op not in rule.ops:
+                if not rule.applies_to(node):
                     continue
                 verdict = rule.check(g, node)
                 if verdict is True:
@@ -106,14 +111,14 @@ def _redirect(g: Graph, node: Node, src) -> None:
     replace_node(g, node, [src])
 
 
-def _producer(node: Node, op: str) -> Node | None:
+def _producer(node: Node, op: type[OpDef]) -> Node | None:
     p = node.operands[0].producer if node.operands else None
-    return p if p is not None and p.op == op else None
+    return p if p is not None and p.opdef is op else None
 
 
 # ---- reshape ------------------------------------------------------------------------------------
 def _check_reshape_chain(g: Graph, node: Node) -> bool | str:
-    return _producer(node, "reshape") is not None
+    return _producer(node, Reshape) is not None
 
 
 def _apply_reshape_chain(g: Graph, node: Node) -> str:
@@ -131,7 +136,7 @@ def _check_identity_reshape(g: Graph, node: Node) -> bool | str:
 
 # ---- slice --------------------------------------------------------------------------------------
 def _check_slice_chain(g: Graph, node: Node) -> bool | str:
-    inner = _producer(node, "slice")
+    inner = _producer(node, Slice)
     if inner is None:
         return False
     if inner.attrs["axis"] != node.attrs["axis"]:
@@ -167,7 +172,7 @@ def _check_identity_cast(g: Graph, node: Node) -> bool | str:
 
 
 def _check_cast_roundtrip(g: Graph, node: Node) -> bool | str:
-    inner = _producer(node, "cast")
+    inner = _producer(node, Cast)
     if inner is None:
         return False
     a, b = inner.operands[0].type.dtype, inner.attrs["to"]
@@ -250,14 +255,14 @@ def _apply_deps(g: Graph, node: Node) -> str:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("fold-reshape-chain", ("reshape",), _check_reshape_chain, _apply_reshape_chain),
-    Rule("identity-reshape", ("reshape",), _check_identity_reshape, lambda g, n: _forward(g, n, "identity reshape")),
-    Rule("fold-slice-chain", ("slice",), _check_slice_chain, _apply_slice_chain),
-    Rule("identity-slice", ("slice",), _check_identity_slice, lambda g, n: _forward(g, n, "whole-axis slice")),
-    Rule("identity-cast", ("cast",), _check_identity_cast, lambda g, n: _forward(g, n, "identity cast")),
-    Rule("fold-cast-roundtrip", ("cast",), _check_cast_roundtrip, _apply_cast_roundtrip),
-    Rule("single-concat", ("concat",), _check_single_concat, lambda g, n: _forward(g, n, "concat of one")),
-    Rule("join-operands", ("join",), _check_join, _apply_join),
-    Rule("canonical-deps", ("*",), _check_deps, _apply_deps),
+    Rule("fold-reshape-chain", (Reshape,), _check_reshape_chain, _apply_reshape_chain),
+    Rule("identity-reshape", (Reshape,), _check_identity_reshape, lambda g, n: _forward(g, n, "identity reshape")),
+    Rule("fold-slice-chain", (Slice,), _check_slice_chain, _apply_slice_chain),
+    Rule("identity-slice", (Slice,), _check_identity_slice, lambda g, n: _forward(g, n, "whole-axis slice")),
+    Rule("identity-cast", (Cast,), _check_identity_cast, lambda g, n: _forward(g, n, "identity cast")),
+    Rule("fold-cast-roundtrip", (Cast,), _check_cast_roundtrip, _apply_cast_roundtrip),
+    Rule("single-concat", (Concat,), _check_single_concat, lambda g, n: _forward(g, n, "concat of one")),
+    Rule("join-operands", (Join,), _check_join, _apply_join),
+    Rule("canonical-deps", (), _check_deps, _apply_deps),
 )
 RULES_BY_NAME = {r.name: r for r in RULES}

@@ -7,9 +7,9 @@ from operator import attrgetter
 from dspark_ir.graph import Graph, Node
 
 from . import canonicalize
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import has_side_effects, is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import has_side_effects, is_returned, replace_node
 
 # Canonical forms a merge can break: a dep or join operand that now repeats, or a dep now implied.
 TIDY_RULES = ("join-operands", "canonical-deps")
@@ -75,7 +75,7 @@ def _tidy_sites(g: Graph):
             continue
         for name in TIDY_RULES:
             rule = canonicalize.RULES_BY_NAME[name]
-            if ("*" in rule.ops or node.op in rule.ops) and rule.check(g, node) is True:
+            if rule.applies_to(node) and rule.check(g, node) is True:
                 yield canonicalize.Site(name, node)
                 break
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.qkv import QprojDequantRmsNopeRope
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import set_attrs
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import set_attrs
 
-DEQUANT = "qproj_dequant_rms_nope_rope"
-TOKEN_TILE = 8      # the seed's Q_ROPE_T_TILE: tokens per unit
 
 
 @register_pass
@@ -32,11 +32,11 @@ class DequantWorkers(Pass):
     name = "dequant-workers"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    workers: int = 48
+    workers: int = policy.DEQUANT_WORKERS
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op == DEQUANT:
+            if node.opdef is QprojDequantRmsNopeRope:
                 verdict = self._check(g, node)
                 yield Skip(node.name, verdict) if isinstance(verdict, str) else node
 
@@ -61,7 +61,7 @@ class DequantWorkers(Pass):
         tokens = node.operands[0].type.shape[0].value(g.env)
         if tokens is None:
             return f"the token count {node.operands[0].type.shape[0]} is not bound"
-        units = -(-tokens // TOKEN_TILE) * count
+        units = -(-tokens // policy.DEQUANT_TOKEN_TILE) * count
         workers = min(self.workers, units)
         if count >= workers:
             return f"already {count} blocks for {units} (token, head) units (workers = {self.workers})"

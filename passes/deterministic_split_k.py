@@ -6,15 +6,19 @@ from typing import Literal
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops import OpDef
+from dspark_ir.ops.core import Matmul, Zeros
+from dspark_ir.ops.hc import HcPreLinear, HcPreLinearReduce
+from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import bounded_reassoc
-from .rewriting import erase_if_dead
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import bounded_reassoc
+from .infra.rewriting import erase_if_dead
 
 # op kind of the atomic form → (op kind of the partials, op kind of the ascending reduction)
-FORMS = {
-    "hc_pre_linear": ("hc_pre_linear", "hc_pre_linear_reduce"),
-    "matmul": ("matmul_partials", "split_reduce"),
+FORMS: dict[type[OpDef], tuple[type[OpDef], type[OpDef]]] = {
+    HcPreLinear: (HcPreLinear, HcPreLinearReduce),
+    Matmul: (MatmulPartials, SplitReduce),
 }
 # Attributes of an atomic matmul that do not carry over to matmul_partials (the partials are always f32).
 MATMUL_ONLY = ("out", "accumulate")
@@ -44,7 +48,7 @@ class DeterministicSplitK(Pass):
     seed PR's deterministic qkv was reverted: the partial buffers and the extra reduce task sit on the
     prefill critical path and cost time there (hc_pre alone already cost 167.0 → 199.5 µs at 512 prefill rows,
     decode unchanged), while the qkv atomics' last-bit noise is absorbed by the layer tolerances
-    (layers/tolerances.py: the qr ±1 LSB row allowance). Use `all` for bitwise-reproducible runs.
+    (goldens/tolerances.py: the qr ±1 LSB row allowance). Use `all` for bitwise-reproducible runs.
 
     Contract: bitwise the same on every schedule (the shuffled executor's split orders included). Against the
     interpreter's atomic form (ascending splits) it is exact. Against a hardware run of the atomic form, whose
@@ -66,11 +70,11 @@ class DeterministicSplitK(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op not in FORMS:
+            if node.opdef not in FORMS:
                 continue
             mode = node.attrs.get("accumulate", "none")
             if mode != "atomic":
-                if node.op == "hc_pre_linear" or mode == "ordered":
+                if node.opdef is HcPreLinear or mode == "ordered":
                     yield Skip(node.name, f"accumulate = {mode}: already deterministic")
                 continue
             reason = self.refusal(g, node)
@@ -81,15 +85,15 @@ class DeterministicSplitK(Pass):
 
     def refusal(self, g: Graph, node: Node) -> str | None:
         """Why the atomic split-K task `node` is not rewritten, or None."""
-        if node.op == "matmul" and self.targets == "hc":
+        if node.opdef is Matmul and self.targets == "hc":
             return "atomic matmul left as is (targets = hc; targets = all rewrites it)"
         k_split = node.attrs.get("k_split", 1)
         if k_split == 1:
             return "k_split = 1: one atomic add per element into zeros is already order-independent"
-        if node.op == "matmul" and str(node.attrs.get("out")) != "f32":
+        if node.opdef is Matmul and str(node.attrs.get("out")) != "f32":
             return f"out = {node.attrs.get('out')}: the atomic reference accumulates in f32"
         seed = node.operands[-1].producer
-        if seed is None or seed.op != "zeros":
+        if seed is None or seed.opdef is not Zeros:
             what = "a graph parameter" if seed is None else f"%{seed.name} ({seed.op})"
             return (f"accumulates into {what}, not a fresh zeros seed: the partials form would drop its "
                     "initial value")
@@ -102,12 +106,12 @@ class DeterministicSplitK(Pass):
         node = site.node
         if node.name not in g.nodes or node.attrs.get("accumulate") != "atomic" or self.refusal(g, node):
             return None
-        partial_op, reduce_op = FORMS[node.op]
+        partial_op, reduce_op = FORMS[node.opdef]
         seed = node.operands[-1].producer
         k_split = node.attrs["k_split"]
-        partials = g.add_op(partial_op, node.operands[:-1], _partial_attrs(node),
+        partials = g.add_op(partial_op.name, node.operands[:-1], _partial_attrs(node),
                             names=g.fresh_name(node.name + ".partials"), deps=list(node.deps), near=node)
-        reduce = g.add_op(reduce_op, [partials.result], _reduce_attrs(g, node),
+        reduce = g.add_op(reduce_op.name, [partials.result], _reduce_attrs(g, node),
                           names=g.fresh_name(node.name + "_reduce"), near=node)
         g.replace_uses(node.result, reduce.result)
         g.remove_node(node)
@@ -119,7 +123,7 @@ class DeterministicSplitK(Pass):
 
 def _partial_attrs(node: Node) -> dict:
     attrs = dict(node.attrs)
-    if node.op == "hc_pre_linear":
+    if node.opdef is HcPreLinear:
         attrs["accumulate"] = "ordered"
         return attrs
     for key in MATMUL_ONLY:

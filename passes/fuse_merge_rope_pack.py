@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.sparse import HcaStreamMerge, HcaStreamMergePack, HcaStreamPack
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, replace_node
-
-MERGE, PACK, FUSED = "hca_stream_merge", "hca_stream_pack", "hca_stream_merge_pack"
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, replace_node
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,11 @@ class FuseMergeRopePack(Pass):
 
     name = "fuse-merge-rope-pack"
     contract = BITWISE
-    workers: int = 48
+    workers: int = policy.MERGE_WORKERS
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op != MERGE:
+            if node.opdef is not HcaStreamMerge:
                 continue
             found = self._pair(g, node)
             if isinstance(found, str):
@@ -68,8 +68,9 @@ class FuseMergeRopePack(Pass):
                  "workers": self.workers}
         if merge.attrs.get("aer") and pack.attrs.get("aer"):
             attrs["aer"] = True
-        fused = g.add_op(FUSED, merge.operands + pack.operands[1:], attrs, names=g.fresh_name(merge.name + "_pack"),
-                         deps=sorted(deps.values(), key=lambda v: v.name), near=pack)
+        fused = g.add_op(HcaStreamMergePack.name, merge.operands + pack.operands[1:], attrs,
+                         names=g.fresh_name(merge.name + "_pack"), deps=sorted(deps.values(), key=lambda v: v.name),
+                         near=pack)
         replace_node(g, pack, fused.results)
         g.remove_node(merge)
         return RewriteRecord("fuse", merge.name, f"+ %{pack.name} -> %{fused.name}: {self.workers} cyclic workers "
@@ -85,7 +86,7 @@ class FuseMergeRopePack(Pass):
         users = g.users(heads)
         if not users:
             return f"nothing reads the f32 stream heads %{heads.name}"
-        others = [u for u in users if u.op != PACK]
+        others = [u for u in users if u.opdef is not HcaStreamPack]
         if others or len(users) > 1:
             other = (others or users[1:])[0]
             return (f"the f32 stream heads %{heads.name} are also read by %{other.name} ({other.op}): "

@@ -5,11 +5,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node
-from dspark_ir.ops.signal import is_notifier, is_waiter, notifies_per_epoch
+from dspark_ir.ops.moe import Combine
+from dspark_ir.ops.signal import SignalBarrier, SignalWait, is_notifier, is_waiter, notifies_per_epoch
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import set_deps
+from .infra.analysis import analyses
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import set_deps
 
 
 @dataclass(frozen=True)
@@ -65,21 +67,19 @@ class MoeHandshakeDeps(Pass):
     name = "moe-handshake-deps"
     contract = BITWISE
     fixpoint = False     # one sweep: the one-notify barrier is made without AER, nothing else creates a site
-    barrier_notifiers: tuple[str, ...] = ("moe_combine",)
+    barrier_notifiers: tuple[str, ...] = (Combine.name,)   # op kinds, by name (a pass option)
     drop_aer_on_waits: bool = True
 
     def match(self, g: Graph):
-        _SWEEP[id(g)] = {}      # memo of wait sites / one-notify pairs while only this pass edits g
-        try:
-            for node in g.topo_order():
-                if node.op == "signal_wait":
-                    yield from self._wait_sites(g, node)
-                if node.attrs.get("aer"):
-                    role = self.aer_role(g, node)
-                    if role is not None:
-                        yield Site("drop-aer", node, role)
-        finally:
-            _SWEEP.pop(id(g), None)
+        # the wait sites and the signal links are kept in the run's analysis cache (`analyses(g)`) while this
+        # pass edits g: a rewrite that changes edges drops the sites (`_forget_sites`), the links are updated
+        for node in g.topo_order():
+            if node.opdef is SignalWait:
+                yield from self._wait_sites(g, node)
+            if node.attrs.get("aer"):
+                role = self.aer_role(g, node)
+                if role is not None:
+                    yield Site("drop-aer", node, role)
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
         node = site.node
@@ -102,20 +102,20 @@ class MoeHandshakeDeps(Pass):
     # would rewrite) or folded (a signal_barrier that is its own notifier, gated on a silenced notifier).
     def _is_handshake_wait(self, g: Graph, node: Node) -> bool:
         """Is `node` the wait of a one-notify handshake?"""
-        if node.op == "signal_wait":
+        if node.opdef is SignalWait:
             return self._one_notify_site(g, node)
-        if node.op == "signal_barrier" and node.attrs.get("notifier") == node.name:
+        if node.opdef is SignalBarrier and node.attrs.get("notifier") == node.name:
             return any(_silenced(v.producer, self.barrier_notifiers) for v in node.deps)
         return False
 
     def _is_handshake_notifier(self, g: Graph, node: Node) -> bool:
         """Is `node` the notifier of a one-notify handshake?"""
         for wait in _linked(g, node.name):
-            if wait.op == "signal_wait" and self._one_notify_site(g, wait):
+            if wait.opdef is SignalWait and self._one_notify_site(g, wait):
                 return True
         if not _silenced(node, self.barrier_notifiers):
             return False
-        return any(user.op == "signal_barrier" and user.attrs.get("notifier") == user.name
+        return any(user.opdef is SignalBarrier and user.attrs.get("notifier") == user.name
                    and any(v.producer is node for v in user.deps)
                    for r in node.results for user in g.users(r))
 
@@ -123,13 +123,7 @@ class MoeHandshakeDeps(Pass):
         return any(isinstance(s, Site) and s.rule == "one-notify" for s in self._wait_sites(g, wait))
 
     def _wait_sites(self, g: Graph, wait: Node):
-        memo = _SWEEP.get(id(g))
-        if memo is None:
-            return self._wait_sites_of(g, wait)
-        key = ("sites", wait.name)
-        if key not in memo:
-            memo[key] = list(self._wait_sites_of(g, wait))
-        return iter(memo[key])
+        return iter(analyses(g).get(("sites", wait.name), lambda: list(self._wait_sites_of(g, wait))))
 
     def _wait_sites_of(self, g: Graph, wait: Node):
         """The rule that applies to a signal_wait (one-notify before anchor-wait), or why none does."""
@@ -181,7 +175,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
     gates = [notifier.results[0]] + _earlier_notifiers(g, wait, notifier)
     attrs = {k: v for k, v in wait.attrs.items() if k not in ("notifier", "expected", "aer")}
     attrs.update(notifier=wait.name, expected=wait.attrs.get("epoch", 1))
-    barrier = g.add_op("signal_barrier", list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
+    barrier = g.add_op(SignalBarrier.name, list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
                        deps=_by_name(wait.deps + gates), near=wait)
     notifier.attrs = notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"})
     g.replace_uses(wait.result, barrier.result)
@@ -212,7 +206,7 @@ def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
     """Results of the nearest notifiers of the signal_waits upstream of `notifier` (dispatch_push for combine):
     those not upstream of another of them (an earlier layer's push is before its successor's)."""
     found: list[Node] = []
-    for name in sorted(g.ancestors(notifier) & g.names_of_op("signal_wait")):
+    for name in sorted(g.ancestors(notifier) & g.names_of_op(SignalWait.name)):
         node = g.nodes[name]
         if node is wait:
             continue
@@ -228,24 +222,16 @@ def _earlier_notifiers(g: Graph, wait: Node, notifier: Node) -> list:
     return [n.results[0] for n in _by_name(nearest)]
 
 
-_SWEEP: dict[int, dict] = {}   # id(graph) -> memo, alive during one match() sweep (see match)
-
-
 def _forget_sites(g: Graph) -> None:
-    """Before a rewrite that changes edges: drop the memo of sites (they depend on paths); the signal links
+    """Before a rewrite that changes edges: drop the cached sites (they depend on paths); the signal links
     stay (`_relinked` keeps them up to date)."""
-    memo = _SWEEP.get(id(g))
-    if memo is not None:
-        linked = memo.get("linked")
-        memo.clear()
-        if linked is not None:
-            memo["linked"] = linked
+    analyses(g).invalidate(keep=("linked",))
 
 
 def _relinked(g: Graph, wait: Node, barrier: Node) -> None:
-    """The memo of signal links after one-notify: `wait` went (it named its notifier) and `barrier`, now named
+    """The cached signal links after one-notify: `wait` went (it named its notifier) and `barrier`, now named
     like it and last in g.nodes, names itself."""
-    linked = _SWEEP.get(id(g), {}).get("linked")
+    linked = analyses(g).peek("linked")
     if linked is None:
         return
     name = wait.attrs.get("notifier")
@@ -255,18 +241,18 @@ def _relinked(g: Graph, wait: Node, barrier: Node) -> None:
 
 
 def _linked(g: Graph, notifier: str) -> list[Node]:
-    """The nodes whose `notifier` attribute names `notifier`, in g.nodes order (memoized in a sweep)."""
-    memo = _SWEEP.get(id(g))
-    if memo is None:
-        return [n for n in g.nodes.values() if n.attrs.get("notifier") == notifier]
-    if "linked" not in memo:
-        linked: dict[str, list[Node]] = {}
-        for n in g.nodes.values():
-            name = n.attrs.get("notifier")
-            if isinstance(name, str):
-                linked.setdefault(name, []).append(n)
-        memo["linked"] = linked
-    return memo["linked"].get(notifier, [])
+    """The nodes whose `notifier` attribute names `notifier`, in g.nodes order (cached for the pass)."""
+    return analyses(g).get("linked", lambda: _links(g)).get(notifier, [])
+
+
+def _links(g: Graph) -> dict[str, list[Node]]:
+    """notifier name → the nodes naming it, in g.nodes order."""
+    linked: dict[str, list[Node]] = {}
+    for n in g.nodes.values():
+        name = n.attrs.get("notifier")
+        if isinstance(name, str):
+            linked.setdefault(name, []).append(n)
+    return linked
 
 
 def _is_ancestor(g: Graph, a: Node, b: Node) -> bool:

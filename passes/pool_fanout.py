@@ -5,12 +5,12 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.compressor import CmpScatterSoftmaxPool
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, not_one_block, set_attrs
-
-POOL = "cmp_scatter_softmax_pool"
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, not_one_block, set_attrs
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,11 @@ class PoolFanout(Pass):
     name = "pool-fanout"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    requests: int = 2
+    requests: int = policy.POOL_REQUESTS
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op == POOL:
+            if node.opdef is CmpScatterSoftmaxPool:
                 yield match_or_skip(node, self._check(g, node))
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:

@@ -5,10 +5,12 @@ import re
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.oproj import QuantRows
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, not_one_block, selected, set_attrs
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, not_one_block, selected, set_attrs
 
 GROUP_SUFFIX = re.compile(r"\.g\d+$")     # the layers name one task per local O group: `tp_o_a_quant.g0`
 
@@ -42,13 +44,13 @@ class QuantWorkers(Pass):
     name = "quant-workers"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    workers: int = 24
-    rows: int = 8
-    ops: tuple[str, ...] = ("tp_o_a_quant",)
+    workers: int = policy.QUANT_WORKERS
+    rows: int = policy.QUANT_ROWS
+    ops: tuple[str, ...] = policy.QUANT_OPS
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op == "quant_rows":
+            if node.opdef is QuantRows:
                 yield match_or_skip(node, self._check(g, node))
 
     def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:

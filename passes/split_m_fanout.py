@@ -5,10 +5,12 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.core import Matmul
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected, set_attrs
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected, set_attrs
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,13 @@ class SplitMFanout(Pass):
     name = "split-m-fanout"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ways: int = 4
-    cores: int = 24
-    ops: tuple[str, ...] = ("kv_proj_matmul",)
+    ways: int = policy.SPLIT_M_WAYS
+    cores: int = policy.SPLIT_M_CORES
+    ops: tuple[str, ...] = policy.SPLIT_M_OPS
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op != "matmul":
+            if node.opdef is not Matmul:
                 continue
             verdict = self._check(g, node)
             yield match_or_skip(node, verdict)

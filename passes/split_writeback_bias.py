@@ -5,17 +5,14 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.attention import SwaCacheInsertValidBias, SwaCacheWriteback, SwaValidBias
+from dspark_ir.ops.sparse import KvCacheWriteback
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, replace_node, set_deps
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, replace_node, set_deps
 
-FUSED = "swa_cache_insert_valid_bias"
-SEPARATE_WRITEBACKS = ("kv_cache_writeback", "swa_cache_writeback")
-# Writeback row tile when `tile_rows = 0`, by the graph's `config` attribute: 32 at flash (the later public
-# pypto-lib version: 4 blocks at T = 128), 8 at tiny (2-4 blocks at T = 16-32); 32 for any other graph.
-TILE_ROWS_BY_CONFIG = {"flash": 32, "tiny": 8}
-DEFAULT_TILE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,8 @@ class SplitWritebackBias(Pass):
     qk_pv reads the new bias. Explicit deps of the fused task go to both halves; a dep on the fused task
     becomes a dep on both.
 
-    `tile_rows = 0` takes the writeback tile from the graph's config (32 at flash, 8 at tiny); the tile
-    never exceeds T. HCA and CSA already write the cache with a separate `kv_cache_writeback` and
+    `tile_rows = 0` takes the writeback tile from the graph's config (`policy.writeback_tile_rows`: 32 at
+    flash, 8 at tiny); the tile never exceeds T. HCA and CSA already write the cache with a separate `kv_cache_writeback` and
     have no fused bias task: the pass is a no-op there (the reason is shown by --explain).
     Contract: bitwise. The two references compose to the fused one exactly.
     """
@@ -57,9 +54,9 @@ class SplitWritebackBias(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.op in SEPARATE_WRITEBACKS:
+            if node.opdef in (KvCacheWriteback, SwaCacheWriteback):
                 yield Skip(node.name, "already a separate cache writeback task (no fused valid bias to split)")
-            elif node.op == FUSED:
+            elif node.opdef is SwaCacheInsertValidBias:
                 verdict = self._check(g, node)
                 yield match_or_skip(node, verdict)
 
@@ -72,10 +69,10 @@ class SplitWritebackBias(Pass):
         rows = site.rows.value(g.env)
         tail = {"tail": "clamp"} if rows % site.tile else {}
         prefix = f"{node.block}." if node.block else ""
-        writeback = g.add_op("swa_cache_writeback", [kv, cache, slots],
+        writeback = g.add_op(SwaCacheWriteback.name, [kv, cache, slots],
                              {"tile": [site.tile], "blocks": D.ceildiv(site.rows, site.tile), **tail, **core},
                              names=g.fresh_name(prefix + "swa_cache_writeback"), deps=node.deps, near=node)
-        bias = g.add_op("swa_valid_bias", [lens],
+        bias = g.add_op(SwaValidBias.name, [lens],
                         {"window": node.attrs["window"], "tile": [site.bias_tile],
                          "blocks": D.floordiv(site.rows, site.bias_tile), **core},
                         names=g.fresh_name(prefix + "swa_valid_bias"), deps=node.deps, near=node)
@@ -97,7 +94,7 @@ class SplitWritebackBias(Pass):
         if rows % tile[0]:
             return (f"T = {rows} is not a multiple of the bias tile {tile[0]}: the bias builder's floor "
                     f"division would drop the last {rows % tile[0]} rows (the T % {tile[0]} == 0 contract)")
-        wanted = self.tile_rows or TILE_ROWS_BY_CONFIG.get(str(g.attributes.get("config")), DEFAULT_TILE_ROWS)
+        wanted = self.tile_rows or policy.writeback_tile_rows(g)
         if wanted < 1:
             return f"tile_rows = {self.tile_rows} is not a row count"
         return Site(node, rows_dim, min(wanted, rows), tile[0])

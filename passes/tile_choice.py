@@ -5,15 +5,13 @@ import math
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.core import Matmul
+from dspark_ir.hardware import HARDWARE
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected, set_attrs
-
-L0A_BYTES = 64 * 1024       # left-operand tile buffer of one AIC (pypto A2A3.ini l0_a_size)
-L0C_BYTES = 128 * 1024      # fp32/int32 accumulator tile buffer (l0_c_size)
-MIN_K_TILE = {1: 32, 2: 16, 4: 16}   # the narrowest cube K step per operand itemsize (DtypeMKN)
-N_TILE = 128                # the N tile the accumulator must hold next to the M tile
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected, set_attrs
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,8 @@ class TileChoice(Pass):
       * divides M (or is M),
       * keeps every M-split part at least one tile (m_tile ≤ M / m_split, so split-m-fanout's grid stays
         valid),
-      * fits the cube buffers: m_tile × MIN_K × itemsize ≤ L0A and m_tile × N_TILE × 4 ≤ L0C, and is at
+      * fits the cube buffers: m_tile × MIN_K × itemsize ≤ L0A and m_tile × N × 4 ≤ L0C (N: the policy's
+        TILE_CHOICE_N; MIN_K: the cube's narrowest K step, dspark_ir.hardware), and is at
         most `max_m_tile` (128: a 128×256 bf16 L0A tile and a 128×128 fp32 L0C tile, the largest tiles
         pypto's cube templates use),
     and applies it only when the modelled GM traffic (A once, the weight once per M tile, the output once,
@@ -53,9 +52,9 @@ class TileChoice(Pass):
     name = "tile-choice"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ops: tuple[str, ...] = ("matmul",)
-    max_m_tile: int = 128
-    min_gain: float = 1.25
+    ops: tuple[str, ...] = policy.TILE_CHOICE_OPS
+    max_m_tile: int = policy.TILE_CHOICE_MAX_M
+    min_gain: float = policy.TILE_CHOICE_MIN_GAIN
 
     def match(self, g: Graph):
         for node in g.topo_order():
@@ -97,7 +96,8 @@ class TileChoice(Pass):
 
     def _best_tile(self, m: int, m_split: int, item_a: int) -> int | None:
         limit = min(self.max_m_tile, m // max(m_split, 1))
-        limit = min(limit, L0A_BYTES // (MIN_K_TILE.get(item_a, 16) * item_a), L0C_BYTES // (N_TILE * 4))
+        limit = min(limit, HARDWARE.l0a_bytes // (HARDWARE.min_k_tile(item_a) * item_a),
+                    HARDWARE.l0c_bytes // (policy.TILE_CHOICE_N * 4))
         for t in range(limit, 0, -1):
             if m % t == 0 and (t % 16 == 0 or t == m):
                 return t

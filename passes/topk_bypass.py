@@ -6,19 +6,20 @@ from typing import Literal
 
 from dspark_ir.errors import DsparkError
 from dspark_ir.graph import Graph, Node, infer_types
-from dspark_ir.ops.base import get_op
+from dspark_ir.ops.indexer import IdxTopk, IdxTopkBounded
+from dspark_ir.ops.sparse import CsaSlotsBuildValidQkPlan
+from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.types import TensorType
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import exact_indices
-from .rewriting import is_returned, replace_node
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import exact_indices
+from .infra.rewriting import is_returned, replace_node
 
-PLAN = "csa_slots_build_valid_qk_plan"
 VISIBILITY = ("ratio", "seq", "score_len", "k")
 TILING = ("tile", "blocks", "tail", "aer")  # the writers keep the top-k's per-token task shape
 
 # x_out moves only by the summation order of the attention over the same keys; the bound is the CSA layer's
-# token-row allowance (dspark_ir/layers/tolerances.py, x_out_csa row_max 0.05: |a − e| ≤ 0.05 · max(|e|, 1)).
+# token-row allowance (goldens/tolerances.py, x_out_csa row_max 0.05: |a − e| ≤ 0.05 · max(|e|, 1)).
 ROW_MAX = 0.05
 
 
@@ -79,7 +80,7 @@ class TopkBypass(Pass):
     mode: Literal["guarded", "static"] = "guarded"
 
     def match(self, g: Graph):
-        for node in g.ops("idx_topk"):
+        for node in g.ops(IdxTopk.name):
             verdict = self._check(g, node)
             if isinstance(verdict, Site):
                 yield verdict
@@ -96,7 +97,7 @@ class TopkBypass(Pass):
     # ---- the candidate check ----------------------------------------------------------------------------
     def _check(self, g: Graph, node: Node) -> Site | str:
         users = g.users(node.result)
-        guards = [u for u in users if u.op == "idx_topk_select"]
+        guards = [u for u in users if u.opdef is IdxTopkSelect]
         if guards:
             return f"already guarded by %{guards[0].name}"
         if is_returned(g, node):
@@ -133,8 +134,9 @@ def _bound_text(node: Node) -> str:
 def _order_insensitive(topk: Node, user: Node) -> str | None:
     """None when `user` reads the top-k list in a way that does not depend on its order (the plan stage,
     masking with the very same visibility bound); else why not."""
-    if user.op != PLAN:
-        return f"%{user.name} ({user.op}) may depend on the index order; only {PLAN} is known not to"
+    if user.opdef is not CsaSlotsBuildValidQkPlan:
+        return (f"%{user.name} ({user.op}) may depend on the index order; only {CsaSlotsBuildValidQkPlan.name} "
+                "is known not to")
     if user.operands[0] is not topk.result or any(v is topk.result for v in user.operands[1:]):
         return f"%{user.name} reads the indices as another operand than `topk`"
     if user.operands[1] is not topk.operands[1]:
@@ -153,7 +155,7 @@ def _same_shape_writer(g: Graph, node: Node) -> str | None:
     """None when idx_topk_bounded on the top-k's operands has the top-k's exact type; else why not."""
     attrs = {a: node.attrs[a] for a in VISIBILITY}
     try:
-        (t,) = infer_types(get_op("idx_topk_bounded"), [node.operands[1].type, node.operands[2].type], attrs,
+        (t,) = infer_types(IdxTopkBounded, [node.operands[1].type, node.operands[2].type], attrs,
                            node.name)
     except DsparkError as e:
         return f"the bounded writer does not apply: {e.message}"
@@ -178,7 +180,7 @@ def _bypass(g: Graph, site: Site) -> RewriteRecord:
     node = site.node
     score = node.operands[0].producer
     pos, kv_len = node.operands[1], node.operands[2]
-    writer = g.add_op("idx_topk_bounded", [pos, kv_len], _writer_attrs(node),
+    writer = g.add_op(IdxTopkBounded.name, [pos, kv_len], _writer_attrs(node),
                       names=g.fresh_name(node.name + ".bounded"), deps=list(node.deps), near=node)
     replace_node(g, node, [writer.result])
     left = f"; %{score.name} is left to dce" if score is not None else ""
@@ -189,7 +191,7 @@ def _bypass(g: Graph, site: Site) -> RewriteRecord:
 def _guard(g: Graph, site: Site) -> RewriteRecord:
     node = site.node
     pos, kv_len = node.operands[1], node.operands[2]
-    select = g.add_op("idx_topk_select", [node.result, pos, kv_len], _writer_attrs(node),
+    select = g.add_op(IdxTopkSelect.name, [node.result, pos, kv_len], _writer_attrs(node),
                       names=g.fresh_name(node.name + ".select"), near=node)
     g.replace_uses(node.result, select.result, skip=select)
     return RewriteRecord("guarded", node.name, f"{_bound_text(node)} > k = {node.attrs['k']}: %{select.name} "

@@ -5,13 +5,14 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.collective import WindowCopyOut
+from dspark_ir.ops.core import Slice
+from dspark_ir.ops.window_release import WindowRelease
 
-from .base import Pass, RewriteRecord, Skip, register_pass
-from .contracts import BITWISE
-from .rewriting import is_returned, set_deps
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import is_returned, set_deps
 
-COPY_OUT, RELEASE = "window_copy_out", "window_release"
-VIEW_OPS = frozenset({"slice", "reshape"})   # pure views (no task): their readers are the real readers
 _NAME = attrgetter("name")
 
 
@@ -52,7 +53,7 @@ class TypedGather(Pass):
     def match(self, g: Graph):
         sweep = _Sweep()
         for node in g.topo_order():
-            if node.op != COPY_OUT:
+            if node.opdef is not WindowCopyOut:
                 continue
             reason = _refusal(g, node)
             if reason is not None:
@@ -76,7 +77,7 @@ class TypedGather(Pass):
         for node in consumers:
             _add_deps(g, node, [window] + copy.deps)
         last = [u for u in readers(g, window) if u is not copy]
-        release = g.add_op(RELEASE, [window], names=g.fresh_name(exchange.name + ".release"),
+        release = g.add_op(WindowRelease.name, [window], names=g.fresh_name(exchange.name + ".release"),
                            deps=_sorted_unique([u.results[0] for u in last]), near=copy)
         g.remove_node(copy)
         sweep.edited(copy, [view.producer] if view is not window else [], release)
@@ -95,7 +96,7 @@ def readers(g: Graph, value: Value) -> list[Node]:
     for user in g.users(value):
         if value not in user.operands:
             continue
-        if user.op in VIEW_OPS:
+        if _is_view(user):
             out += [r for r in readers(g, user.result) if r not in out]
         elif user not in out:
             out.append(user)
@@ -188,7 +189,7 @@ def _refusal(g: Graph, copy: Node) -> str | None:
         return f"copies %{window.name}, which is {what}: there is no peer-written window to read"
     if is_returned(g, copy):
         return f"the copy %{copy.result.name} is returned by the graph: the local tensor must stay"
-    copies = [u for u in g.users(window) if u.op == COPY_OUT and u is not copy]
+    copies = [u for u in g.users(window) if u.opdef is WindowCopyOut and u is not copy]
     if copies:
         return f"the window %{window.name} is also copied out by %{copies[0].name}: one release per window"
     if _escapes(g, window, skip=copy):
@@ -204,7 +205,7 @@ def _rows_view(g: Graph, copy: Node, window: Value, exchange: Node) -> Value:
     axis, rows = copy.attrs["axis"], copy.attrs["rows"]
     if window.type.shape[axis] == rows:
         return window
-    view = g.add_op("slice", [window], {"axis": axis, "start": 0, "size": rows},
+    view = g.add_op(Slice.name, [window], {"axis": axis, "start": 0, "size": rows},
                     names=g.fresh_name(exchange.name + ".rows"), near=copy)
     return view.result
 
@@ -213,7 +214,7 @@ def _escapes(g: Graph, value: Value, skip: Node) -> bool:
     if value in g.returns:
         return True
     return any(_escapes(g, u.result, skip) for u in g.users(value)
-               if u is not skip and u.op in VIEW_OPS and value in u.operands)
+               if u is not skip and _is_view(u) and value in u.operands)
 
 
 def _add_deps(g: Graph, node: Node, extra: list[Value]) -> None:
@@ -222,3 +223,8 @@ def _add_deps(g: Graph, node: Node, extra: list[Value]) -> None:
 
 def _sorted_unique(values: list[Value]) -> list[Value]:
     return sorted(dict.fromkeys(values), key=_NAME)     # values hash by identity
+
+
+def _is_view(node: Node) -> bool:
+    """A pure view (slice, reshape: no task): its readers are the real readers."""
+    return node.opdef.lowers_to == "view"

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.qkv import KvRmsNormRope, RopeTables
 
-from .base import Pass, RewriteRecord, register_pass
-from .contracts import BITWISE
-from .rewriting import match_or_skip, selected
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.contracts import BITWISE
+from .infra.rewriting import match_or_skip, selected
 
 WORK_F32_ROWS = 2   # hidden f32 working rows per tile row (squares, normalised values) in the UB estimate
 
@@ -51,11 +53,11 @@ class WidenTile(Pass):
     name = "widen-tile"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ops: tuple[str, ...] = ("kv_rms_norm_rope",)
-    min_rows: int = 16
-    factor: int = 2
-    max_ub_bytes: int = 192 * 1024
-    follow: tuple[str, ...] = ("rope_tables",)
+    ops: tuple[str, ...] = policy.WIDEN_OPS
+    min_rows: int = policy.WIDEN_MIN_ROWS
+    factor: int = policy.WIDEN_FACTOR
+    max_ub_bytes: int = policy.WIDEN_MAX_UB_BYTES
+    follow: tuple[str, ...] = policy.WIDEN_FOLLOW
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -4,8 +4,8 @@
     est = estimate(task_graph, PyptoCosts())      # cost-model cycles per kernel + the schedule model
     est.makespan_us, est.serial_us, est.bound_us  # scheduled latency, serial sum, 910B2 roofline
 
-Modules (README.md beside this file has the exact schedule model and every constant's source):
-  hardware   910B2 constants (clock, cores, HBM, cube/vector peaks, AICPU dispatch), with sources
+Modules (README.md beside this file has the exact schedule model; the 910B2 constants and their sources
+are dspark_ir/hardware.py, re-exported here as HARDWARE):
   roofline   bytes / FLOPs / vector ops per task; chip and blocked roofline bounds
   costs      per-kernel costs: pypto's cost model (content-addressed cache, shareable) or the roofline (flagged)
   executors  where kernel simulations run: local pypto workers (default) or a Dask cluster
@@ -23,9 +23,10 @@ Importing `perf` imports neither pypto, matplotlib nor dask.
 """
 from __future__ import annotations
 
+from dspark_ir.hardware import HARDWARE, Hardware
+
 from .costs import FunctionCosts, KernelCost, PyptoCosts, RooflineCosts
 from .estimate import LayerEstimate, estimate
-from .hardware import HARDWARE, Hardware
 from .schedule import Schedule, ScheduleParams, SchedTask, schedule
 
 __all__ = [

@@ -85,8 +85,7 @@ class Variant:
 
 def pipeline_names() -> list[str]:
     """Pass names of the default pipeline (entries on by default), in order."""
-    from passes.defaults import DEFAULT_PIPELINE
-    from passes.pipeline import parse_entries
+    from passes import DEFAULT_PIPELINE, parse_entries
 
     return [parse_entries(e.spec, "default pipeline")[0].name for e in DEFAULT_PIPELINE if e.enabled]
 
@@ -350,13 +349,12 @@ class Lowered:
 
 
 def lower_variant(g, v: Variant) -> Lowered:
-    from lowering import build_task_graph
-    from passes import run_pipeline
+    from lowering import compile
 
-    result = run_pipeline(g, ctx=v.context())
-    statuses = {r.name: r.status for r in result.runs}
-    fired = [r.name for r in result.runs if r.status == "changed"]
-    return Lowered(build_task_graph(result.graph), fired, statuses, len(result.graph))
+    c = compile(g, pipeline="default", ctx=v.context(), verify=False, sources=False)
+    statuses = {r.name: r.status for r in c.passes.runs}
+    fired = [r.name for r in c.passes.runs if r.status == "changed"]
+    return Lowered(c.tg, fired, statuses, len(c.graph))
 
 
 def run_variant(g, v: Variant, source: CostSource, params: ScheduleParams, label: str,

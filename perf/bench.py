@@ -7,11 +7,12 @@ Each case starts from the graph's .dsir text (printed once, untimed) and times, 
 seconds of this process by default, so other load on a shared machine does not count; `cpu=False` for wall;
 the runs go round robin over the cases):
   parse     `parse_graph(text)` (the printer's layout read by dspark_ir/text/fastparse.py, else the lark grammar)
-  passes    `run_pipeline` with the default pipeline (`ctx_factory` gives the PassContext; the CLI's default
-            verifies once at the end, `--verify-each` after every pass)
-  lowering  `build_task_graph` (buffers, views, hazards, deps, transitive reduction)
-  codegen   `kernel_module` for every kernel task + `orchestrate_source` (the pypto files `dspark lower` writes;
-            a kernel the layers repeat is generated once per task graph and renamed, see lowering/codegen.py)
+  then the stages of `lowering.compile` (its `seconds`):
+  passes    the default pipeline (`ctx_factory` gives the PassContext; the CLI's default verifies once at the
+            end, `--verify-each` after every pass)
+  lowering  `build_task_graph` (buffers, views, hazards, deps, transitive reduction) and the dependency lint
+  codegen   the templates and every kernel file + orchestrate.py (the pypto files `dspark lower` writes; a
+            kernel the layers repeat is generated once per task graph and renamed, see lowering/codegen.py)
 Cases: each attention layer kind alone, one decoder layer (CSA attention + MoE), the full model
 (`perf.model.model_graph`: 43 decoder layers, attention + MoE each) and the model twice over (86 layers).
 The ratios (full / one decoder layer, doubled / full) are computed from the same run, and its cases take turns,
@@ -49,26 +50,16 @@ def compile_once(text: str, ctx_factory: Callable[[], object] | None = None,
                  cpu: bool = False) -> tuple[dict[str, float], tuple]:
     """One pass through the pipeline from .dsir text; returns (stage seconds, (graph, task graph))."""
     from dspark_ir import parse_graph
-    from lowering import build_task_graph
-    from lowering.codegen import kernel_module
-    from lowering.emit import orchestrate_source
-    from passes import PassContext, run_pipeline
+    from lowering import compile
+    from passes import PassContext
 
-    times: dict[str, float] = {}
     clock = time.process_time if cpu else time.perf_counter
     t0 = clock()
     g = parse_graph(text)
     t1 = clock()
     ctx = ctx_factory() if ctx_factory is not None else PassContext(use_env=False)
-    result = run_pipeline(g, ctx=ctx)
-    t2 = clock()
-    tg = build_task_graph(result.graph)
-    t3 = clock()
-    sources = [kernel_module(t, tg) for t in tg.kernels]
-    sources.append(orchestrate_source(tg))
-    t4 = clock()
-    times.update(parse=t1 - t0, passes=t2 - t1, lowering=t3 - t2, codegen=t4 - t3)
-    return times, (result.graph, tg)
+    c = compile(g, pipeline="default", ctx=ctx, verify=False, clock=clock)
+    return {"parse": t1 - t0, **c.seconds}, (c.graph, c.tg)
 
 
 def bench_case(name: str, graph, repeat: int = 3, ctx_factory=None, cpu: bool = True) -> BenchCase:

@@ -19,13 +19,14 @@ bytes and arithmetic on min(blocks, cores) cores), its work span × those cores.
 
 The cache: `$DSPARK_CACHE_DIR/perf-costs/<key>.json` (default `~/.cache/dspark`), or any directory given as
 `cache=` (`--cost-cache DIR`). It is content-addressed: the key hashes everything that changes the answer, namely
-the kernel's generated source with its function renamed to `kernel` (tasks of different names with the same body
-share an entry), the argument shapes and dtypes, pypto's version, a digest of pypto's cost-model configuration
-files (the modelled chip's constants, `cost_model()`) and `EXTRACTOR_VERSION` (bump it when what we run or how we
-read the result changes). So several machines can share one directory on shared storage: an entry is written to
-a temporary file beside it and renamed into place (atomic on POSIX file systems, NFS included), concurrent
-writers of one key write the same answer, and a reader never sees a partial file. Failures are cached too (a
-template error stays an error until the source changes), except timeouts and crashed workers.
+the kernel's source generated under the function name `kernel` (lowering.codegen.generate; tasks of different
+names with the same body share an entry), the argument shapes and dtypes, pypto's version, a digest of pypto's
+cost-model configuration files (the modelled chip's constants, `cost_model()`) and `EXTRACTOR_VERSION` (bump it
+when what we run or how we read the result changes). So several machines can share one directory on shared
+storage: an entry is written to a temporary file beside it and renamed into place (atomic on POSIX file systems,
+NFS included), concurrent writers of one key write the same answer, and a reader never sees a partial file.
+Failures are cached too (a template error stays an error until the source changes), except timeouts and crashed
+workers.
 
 Simulations run on an executor (perf/executors.py): this machine's pypto workers by default, or a Dask cluster.
 """
@@ -35,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,10 +43,10 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 import numpy as np
 
+from dspark_ir.hardware import HARDWARE, Hardware
 from lowering.taskgraph import Task, TaskGraph
 
 from .executors import Executor, LocalExecutor, SimJob, SimOutcome
-from .hardware import HARDWARE, Hardware
 from .roofline import blocked_bound, task_work
 
 EXTRACTOR_VERSION = 1
@@ -173,16 +173,16 @@ def _installed_cost_model() -> dict[str, str]:
         return {"pypto": "none", "model": "none"}
 
 
-def kernel_source(task: Task) -> str | None:
-    """The task's pypto module with its function renamed `kernel` (None without a template)."""
-    from kernels._pypto import module_prelude
-    from lowering.codegen import RUNTIME_SYMBOLS, kernel_body
+def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
+    """The task's pypto module with its function named `kernel` (None without a template): the text the cache
+    key hashes. `tg`: the task's graph, whose resolved templates are used (lowering.codegen.template_of)."""
+    from kernels.pto import module_prelude
+    from lowering.codegen import RUNTIME_SYMBOLS, find_template, generate, template_of
 
-    body = kernel_body(task, RUNTIME_SYMBOLS)
-    if body is None:
+    template = find_template(task) if tg is None else template_of(task, tg)
+    if template is None:
         return None
-    body = re.sub(rf"^def {re.escape(task.kernel)}\(", "def kernel(", body, count=1, flags=re.M)
-    return module_prelude() + "\n\n" + body
+    return module_prelude() + "\n\n" + generate(task, template, RUNTIME_SYMBOLS, name="kernel")
 
 
 def cost_key(task: Task, source: str) -> str:
@@ -254,7 +254,7 @@ class PyptoCosts:
             if t.collective:
                 known[i] = roofline_cost(t, self.hw, "collective (pypto cannot simulate it on one process)")
                 continue
-            src = kernel_source(t)
+            src = kernel_source(t, tg)
             if src is None:
                 known[i] = roofline_cost(t, self.hw, "no pypto template")
                 continue

@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dspark_ir.hardware import HARDWARE, Hardware
 from lowering.taskgraph import TaskGraph
 
 from .costs import CostSource, KernelCost
-from .hardware import HARDWARE, Hardware
 from .roofline import Bound, Work, chip_bound, task_work
 from .schedule import Schedule, ScheduleParams, alone_cycles, sched_tasks, schedule
 

@@ -1,9 +1,10 @@
 """Cross-check of the schedule model: the layer's templated part as ONE pypto program, scheduled by pypto.
 
 `layer_program(tg)` writes one pypto 0.2.0 module with an entry function `layer(...)` in which the body of every
-templated, non-collective kernel task is inlined, in submission order, after lines that bind its parameter
-names to the program's tensors (the jit parser must see the bodies: some kernels branch on runtime scalars,
-which only the parser turns into pypto conditions; a plain helper call would evaluate them). Buffers are
+templated, non-collective kernel task (as the code generator splits it: lowering.codegen.inline_kernel) is
+inlined, in submission order, after lines that bind its parameter names to the program's tensors (the jit
+parser must see the bodies: some kernels branch on runtime scalars, which only the parser turns into pypto
+conditions; a plain helper call would evaluate them). Buffers are
 passed in SSA form: every version of a buffer (each in-place update makes a new one) is its own tensor
 parameter, so pypto sees exactly the read-after-write edges of the task graph between the included tasks
 (write-after-read needs no edge in SSA form). Tasks that are left out (no template yet, collectives that
@@ -37,9 +38,8 @@ class Program:
 
 
 def layer_program(tg: TaskGraph) -> Program:
-    from lowering.codegen import RUNTIME_SYMBOLS, _dynamic, inout_input_name, kernel_body
-
-    from kernels._pypto import PTO_DTYPES, module_prelude
+    from kernels.pto import PTO_DTYPES, module_prelude
+    from lowering.codegen import RUNTIME_SYMBOLS, inline_kernel, inout_input_name, runtime_leading, template_of
 
     version: dict[str, int] = {}          # buffer -> current version
     params: dict[str, tuple] = {}         # tensor param -> (shape, dtype, is_input)
@@ -57,9 +57,8 @@ def layer_program(tg: TaskGraph) -> Program:
     def tensor(arg) -> str:
         buf, v, name = arg.view.buffer, version.get(arg.view.buffer, 0), current(arg)
         if name not in params:
-            b = tg.buffers[buf]
-            dyn = _dynamic(arg, RUNTIME_SYMBOLS)          # a token-count leading axis stays DYNAMIC, as in
-            params[name] = (tuple(b.shape), b.dtype, v == 0, bool(dyn and dyn[0]))   # the kernels themselves
+            b = tg.buffers[buf]                          # a token-count leading axis stays DYNAMIC, as in
+            params[name] = (tuple(b.shape), b.dtype, v == 0, runtime_leading(arg))   # the kernels themselves
         return name
 
     for t in tg.tasks:
@@ -68,20 +67,20 @@ def layer_program(tg: TaskGraph) -> Program:
         if t.collective:
             left[t.id] = "collective"
             continue
-        body = kernel_body(t, RUNTIME_SYMBOLS)
-        if body is None:
+        template = template_of(t, tg)
+        if template is None:
             left[t.id] = "no pypto template"
             continue
         if any(a.view.offset or tuple(a.view.shape) != tuple(tg.buffers[a.view.buffer].shape) for a in t.args):
             left[t.id] = "argument is a partial view of a buffer"
             continue
-        lines = _body_lines(body, t.kernel)
-        if lines is None:
+        kernel = inline_kernel(t, template, RUNTIME_SYMBOLS)
+        if any(line.strip().startswith("return") for line in kernel.statements):
             left[t.id] = "kernel body returns early"
             continue
         reads = {a.param if a.direction == "in" else inout_input_name(a.param): a
                  for a in t.args if a.direction in ("in", "inout")}
-        dynamic, in_place = _dynamic_params(body, t.kernel), _reshaped_in_place(body)
+        dynamic, in_place = kernel.dynamic, _reshaped_in_place(kernel.source)
         names = {p: current(a) for p, a in reads.items()}
         clash = sorted({*(static_by[n] for p, n in names.items() if p in in_place & dynamic and n in static_by),
                         *(reshaped[n] for p, n in names.items() if p not in dynamic and n in reshaped)})
@@ -96,8 +95,8 @@ def layer_program(tg: TaskGraph) -> Program:
         static_by.update((n, t.name) for p, n in args.items() if p not in dynamic and n not in static_by)
         reshaped.update((n, t.name) for p, n in args.items() if p in in_place & dynamic)
         head = [f"    # ---- task {t.id} {t.name} ({t.op})"]
-        head += [f"    {p} = {args[p]}" for p in _signature_order(body, t.kernel)]
-        blocks.append("\n".join(head + lines))
+        head += [f"    {p} = {args[p]}" for p in kernel.params]
+        blocks.append("\n".join(head + list(kernel.statements)))
         included.append(t.id)
     sig = ",\n".join(f"        {n}: pypto.Tensor([{_dims(s, dyn and n not in static_by)}], {PTO_DTYPES[d]})"
                       for n, (s, d, _i, dyn) in params.items())
@@ -109,36 +108,8 @@ def layer_program(tg: TaskGraph) -> Program:
     return Program(source, "layer", inputs, outputs, included, left)
 
 
-def _body_lines(body: str, name: str) -> list[str] | None:
-    """The statements of kernel function `name` (already indented one level), or None if it returns."""
-    text = body[body.index(f"def {name}("):]
-    lines = text.splitlines()
-    end = next(i for i, line in enumerate(lines) if line.rstrip().endswith("):") and not line.startswith(" " * 8))
-    stmts = [line for line in lines[end + 1:] if line.strip()]
-    if any(line.strip().startswith("return") for line in stmts):
-        return None
-    return stmts
-
-
-def _signature(body: str, name: str) -> str:
-    """The parameter list of kernel function `name` in its module source."""
-    head = body[body.index(f"def {name}("):]
-    return head[:head.index("):")]
-
-
-def _signature_order(body: str, name: str) -> list[str]:
-    return re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:", _signature(body, name), flags=re.M)
-
-
-def _dynamic_params(body: str, name: str) -> set[str]:
-    """Parameters of kernel `name` whose leading axis its signature declares pypto.DYNAMIC (a kernel without a
-    dynamic-extent form, `KernelSpec.static()`, declares none: its in-place reshapes would merge a dynamic axis,
-    which pypto 0.2.0 mis-aligns; in one program such a tensor stays static for every kernel)."""
-    return set(re.findall(r"^\s+([A-Za-z_][A-Za-z0-9_]*)\s*:\s*pypto\.Tensor\(\[pypto\.DYNAMIC",
-                          _signature(body, name), flags=re.M))
-
-
 def _reshaped_in_place(body: str) -> set[str]:
+    """Parameters the kernel reshapes in place (`pypto.reshape(x, ..., inplace=True)`)."""
     return set(re.findall(r"pypto\.reshape\(([A-Za-z_][A-Za-z0-9_]*),[^\n]*inplace=True", body))
 
 

@@ -7,13 +7,16 @@ roofline: max(bytes / HBM bandwidth, cube FLOPs / cube peak, vector ops / vector
 `min(blocks, cores)` cores (one core cannot pull the whole HBM bandwidth): the estimate used for kernels
 that have no pypto template yet (source "roofline").
 
-Counting rules (documented approximations, one per op kind where the default is wrong):
+Counting rules (documented approximations): one `Rule` per op kind in `ROOFLINE`, keyed by the op class
+(dspark_ir.ops), where the default is wrong; `DEFAULTS` declares an op kind the defaults count right. Every op
+kind that lowers to a kernel task has an entry (checked by name in tests/perf/test_roofline.py): a new or
+renamed op fails there, not quietly here.
 * default bytes: every argument's view once (`inout` twice: read and write). Ops that index into a large
   cache or table count the rows they touch instead (a gather reads its output's worth of rows, a cache
-  write-back writes its input's rows): the `_SPARSE` table.
-* cube FLOPs: 2·M·K·N per product, from the operand shapes (`_CUBE` table); int8 products at the int8 rate.
-* vector ops: the elements of the largest argument × a per-op factor (`_VECTOR_FACTOR`, default 2:
-  load-convert-compute), plus the softmax of attention scores for the mix ops.
+  write-back writes its input's rows): `Rule.touched`.
+* cube FLOPs: 2·M·K·N per product, from the operand shapes (`Rule.cube`); int8 products at the int8 rate.
+* vector ops: the elements of the largest argument × a per-op factor (`Rule.vector_factor`, default 2:
+  load-convert-compute), plus the softmax of attention scores for the mix attention ops (`Rule.softmax`).
 Collectives (`collective=True`) also count the bytes that leave the chip.
 """
 from __future__ import annotations
@@ -22,11 +25,30 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dspark_ir.ops import OpDef, get_op
+from dspark_ir.ops.attention import (MergeNorm, QkPv, SwaCacheInsertValidBias, SwaCacheWriteback, SwaGatherKv,
+                                     SwaValidBias)
+from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.compressor import (CmpKvHadamard, CmpKvScoreProj, CmpRmsnormRope, CmpRmsnormRopeCacheWrite,
+                                      CmpScatterSoftmaxPool, IdxKvCacheWrite, RopeGatherRows, RopeInterleave,
+                                      RopeSwapIdx)
+from dspark_ir.ops.core import Add, Cast, Concat, Matmul, Mul, Reshape, RmsNorm, Rope, Zeros
+from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
+from dspark_ir.ops.indexer import (IdxHadamardMatmul, IdxQQuant, IdxQrDequant, IdxQrRope, IdxScore, IdxTopk,
+                                   IdxTopkBounded, IdxWeightsProj, IdxWeightsReduce)
+from dspark_ir.ops.moe import (Combine, DispatchGather, DispatchMeta, DispatchPush, ExpertRouted, ExpertShared,
+                               FfnNorm, Gate, RouteHash, RouteSort, SharedRouted, XNormQuant)
+from dspark_ir.ops.oproj import OProjA, OProjB, OProjBDequant, QuantRows
+from dspark_ir.ops.qkv import KvRmsNormRope, QprojDequantRmsNopeRope, QrRmsNormQuant, RopeTables
+from dspark_ir.ops.signal import Put, SignalBarrier, SignalNotify, SignalWait, Window
+from dspark_ir.ops.sparse import (CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPlan, HcaCmpQkPv, HcaCmpWorkGather,
+                                  HcaRawAttn, HcaRawTranspose, HcaStreamMerge, HcaStreamMergePack, HcaStreamPack,
+                                  KvCacheWriteback, KvTouch, OLocalBridge)
+from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
+from dspark_ir.ops.topk_bypass import IdxTopkSelect
+from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.hardware import HARDWARE, ITEMSIZE, Hardware
 from lowering.taskgraph import Arg, Task
-
-from .hardware import HARDWARE, Hardware
-
-ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
 
 
 @dataclass
@@ -140,31 +162,6 @@ def _routed_rows(t: Task) -> dict[str, float]:
     return out
 
 
-_SPARSE: dict[str, Callable[[Task], dict[str, float]]] = {
-    "swa_gather_kv": _gather_rows("kv_cache", "out"),
-    "hca_cmp_work_gather": _gather_rows("cmp_kv", "rows"),
-    "rope_tables": lambda t: {"rope_cos": float(_size(t, "cos_il")), "rope_sin": float(_size(t, "sin_signed"))},
-    "rope_gather_rows": lambda t: {"rope_cos": float(_size(t, "cos")), "rope_sin": float(_size(t, "sin"))},
-    "swa_cache_writeback": _write_rows("kv_cache", "kv"),
-    "kv_cache_writeback": _write_rows("kv_cache", "kv"),
-    "swa_cache_insert_valid_bias": _write_rows("kv_cache", "kv"),
-    "cmp_scatter_softmax_pool": _state_rows,
-    "cmp_rmsnorm_rope_cache_write": _write_rows("cmp_kv", "pooled"),
-    "idx_kv_cache_write": lambda t: {**_write_rows("idx_kv_cache", "k")(t),
-                                     "idx_kv_scale": float(arg(t, "k").shape[0] * 4) if arg(t, "k") else 0.0},
-    "idx_score": _score_rows,
-    "csa_qk_pv": _csa_qk_rows,
-    "kv_touch": lambda t: {"kv_cache": 0.0},          # a WAR marker: a no-op self copy on the device
-    "window_release": lambda t: {"window": 0.0},      # barrier 2 and the credit reset: the window is not read
-    "moe_dispatch_push": _routed_rows,
-    "moe_dispatch_gather": lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
-                                      for a in t.args if len(a.shape) >= 2 and a.shape[0] == 16},
-    "moe_expert_routed": lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
-                                    for a in t.args if a.param.startswith("recv_") or a.param == "out"},
-    "moe_combine": _routed_rows,
-}
-
-
 # ---- cube work: (flops, int8?) -------------------------------------------------------------------------
 def _mm(m: int, k: int, n: int) -> float:
     return 2.0 * m * k * n
@@ -196,44 +193,137 @@ def _last_out(t: Task) -> Arg:
     return outs[0] if outs else t.args[-1]
 
 
-_CUBE: dict[str, Callable[[Task], tuple[float, bool]]] = {
-    "matmul": _matmul,
-    "hc_pre_linear": lambda t: (_mm(arg(t, "x_hc").shape[0], math.prod(arg(t, "x_hc").shape[1:]),
-                                    arg(t, "hc_fn").shape[0]), False),
-    "cmp_kv_score_proj": lambda t: (2 * _mm(arg(t, "x").shape[0], arg(t, "x").shape[1], arg(t, "wkv").shape[0]), False),
-    "o_proj_a": lambda t: (_mm(_last_out(t).shape[0], arg(t, "wo_a").shape[-1], arg(t, "wo_a").shape[-2]), False),
-    "o_proj_b": lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True),
-    "qk_pv": _attention("q", _rows_dim("kv_rows")),
-    "hca_raw_attn": _attention("q", _rows_dim("rows")),
-    "hca_cmp_qk_pv": _attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
-    "csa_qk_pv": _attention("q", _rows_dim("sparse_bias")),
-    "idx_score": lambda t: (2.0 * arg(t, "q").shape[0] * arg(t, "q").shape[1] * arg(t, "q").shape[2]
-                            * int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0), True),
-    "idx_hadamard_matmul": lambda t: (_mm(numel(arg(t, "q")) // arg(t, "q").shape[-1], arg(t, "q").shape[-1],
-                                          arg(t, "hadamard").shape[-1]), False),
-    "idx_weights_proj": lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], arg(t, "weights_proj").shape[1]), False),
-    "cmp_kv_hadamard": lambda t: (_mm(arg(t, "y").shape[0], arg(t, "y").shape[1], arg(t, "hadamard").shape[1]), False),
-    "moe_gate": lambda t: (_mm(arg(t, "xg").shape[0], arg(t, "xg").shape[1], arg(t, "gate_w").shape[0]), False),
-    "moe_expert_shared": lambda t: (3 * _mm(arg(t, "x_i8").shape[0], arg(t, "x_i8").shape[1], arg(t, "w1").shape[0]), True),
-    "moe_expert_routed": lambda t: (3 * _mm(768, arg(t, "recv_x").shape[-1], arg(t, "w1").shape[-2]), True),
+# vector element ops per attention score of the softmax a mix attention task runs beside its products
+_SOFTMAX_OPS = 6  # max, sub, exp, sum, scale, cast per attention score
+
+
+# ---- the rules, keyed by op class ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """How one op kind's work is counted where the defaults are wrong (module docstring)."""
+
+    touched: Callable[[Task], dict[str, float]] | None = None   # param -> the bytes it really moves
+    cube: Callable[[Task], tuple[float, bool]] | None = None    # (cube FLOPs, int8?)
+    vector_factor: int = 2      # vector element ops per element of the largest argument
+    softmax: bool = False       # a mix task also runs the softmax of its attention scores (vector side)
+
+
+DEFAULTS = Rule()    # the default counting is right for the op (or it has no rule yet: said where it is used)
+
+
+def _factor(n: int) -> Rule:
+    return Rule(vector_factor=n)
+
+
+# Every op kind that lowers to a kernel task has an entry (tests/perf/test_roofline.py checks it by name).
+ROOFLINE: dict[type[OpDef], Rule] = {
+    # generic ops
+    Matmul: Rule(cube=_matmul),
+    RmsNorm: _factor(6),
+    **dict.fromkeys((Add, Mul, Cast, Zeros, Rope, Reshape, Concat), DEFAULTS),   # reshape/concat: copy tasks
+    # qkv
+    RopeTables: Rule(touched=lambda t: {"rope_cos": float(_size(t, "cos_il")),
+                                        "rope_sin": float(_size(t, "sin_signed"))}),
+    QrRmsNormQuant: _factor(8),
+    QprojDequantRmsNopeRope: _factor(10),
+    KvRmsNormRope: _factor(10),
+    # attention
+    SwaGatherKv: Rule(touched=_gather_rows("kv_cache", "out")),
+    SwaCacheWriteback: Rule(touched=_write_rows("kv_cache", "kv")),
+    SwaCacheInsertValidBias: Rule(touched=_write_rows("kv_cache", "kv")),
+    QkPv: Rule(cube=_attention("q", _rows_dim("kv_rows")), softmax=True),
+    MergeNorm: _factor(10),
+    SwaValidBias: DEFAULTS,
+    # compressor
+    RopeGatherRows: Rule(touched=lambda t: {"rope_cos": float(_size(t, "cos")), "rope_sin": float(_size(t, "sin"))}),
+    CmpKvScoreProj: Rule(cube=lambda t: (2 * _mm(arg(t, "x").shape[0], arg(t, "x").shape[1], arg(t, "wkv").shape[0]),
+                                         False)),
+    CmpScatterSoftmaxPool: Rule(touched=_state_rows),
+    CmpRmsnormRopeCacheWrite: Rule(touched=_write_rows("cmp_kv", "pooled")),
+    CmpKvHadamard: Rule(cube=lambda t: (_mm(arg(t, "y").shape[0], arg(t, "y").shape[1], arg(t, "hadamard").shape[1]),
+                                        False)),
+    IdxKvCacheWrite: Rule(touched=lambda t: {**_write_rows("idx_kv_cache", "k")(t),
+                                             "idx_kv_scale": float(arg(t, "k").shape[0] * 4) if arg(t, "k") else 0.0}),
+    **dict.fromkeys((CmpRmsnormRope, RopeInterleave, RopeSwapIdx), DEFAULTS),
+    # indexer
+    IdxScore: Rule(touched=_score_rows,
+                   cube=lambda t: (2.0 * arg(t, "q").shape[0] * arg(t, "q").shape[1] * arg(t, "q").shape[2]
+                                   * int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0), True)),
+    IdxHadamardMatmul: Rule(cube=lambda t: (_mm(numel(arg(t, "q")) // arg(t, "q").shape[-1], arg(t, "q").shape[-1],
+                                                arg(t, "hadamard").shape[-1]), False)),
+    IdxWeightsProj: Rule(cube=lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1],
+                                             arg(t, "weights_proj").shape[1]), False)),
+    IdxQQuant: _factor(6),
+    IdxQrRope: _factor(6),
+    IdxTopk: _factor(80),
+    **dict.fromkeys((IdxQrDequant, IdxTopkBounded, IdxWeightsReduce, IdxTopkSelect), DEFAULTS),
+    # sparse attention
+    KvCacheWriteback: Rule(touched=_write_rows("kv_cache", "kv")),
+    KvTouch: Rule(touched=lambda t: {"kv_cache": 0.0}),      # a WAR marker: a no-op self copy on the device
+    HcaCmpWorkGather: Rule(touched=_gather_rows("cmp_kv", "rows")),
+    HcaRawAttn: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
+    HcaCmpQkPv: Rule(cube=_attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
+                     softmax=True),
+    CsaQkPv: Rule(touched=_csa_qk_rows, cube=_attention("q", _rows_dim("sparse_bias")), softmax=True),
+    CsaMergeNorm: _factor(10),
+    HcaStreamMerge: _factor(8),
+    HcaStreamPack: _factor(6),
+    HcaStreamMergePack: _factor(12),
+    **dict.fromkeys((CsaSlotsBuildValidQkPlan, HcaRawTranspose, OLocalBridge), DEFAULTS),
+    # hyper-connections
+    HcPreLinear: Rule(cube=lambda t: (_mm(arg(t, "x_hc").shape[0], math.prod(arg(t, "x_hc").shape[1:]),
+                                          arg(t, "hc_fn").shape[0]), False)),
+    CombSinkhorn: _factor(20 * 12),
+    HcPreRms: _factor(3),
+    HcPost: _factor(6),
+    MixX: _factor(3),
+    **dict.fromkeys((HcPreLinearReduce, SplitPrePost), DEFAULTS),
+    # deterministic split-k; no cube rule yet: matmul_partials' FLOPs are not counted
+    **dict.fromkeys((MatmulPartials, SplitReduce), DEFAULTS),
+    # output projection
+    OProjA: Rule(cube=lambda t: (_mm(_last_out(t).shape[0], arg(t, "wo_a").shape[-1], arg(t, "wo_a").shape[-2]),
+                                 False)),
+    OProjB: Rule(cube=lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True)),
+    QuantRows: _factor(6),
+    OProjBDequant: _factor(4),
+    # MoE
+    FfnNorm: _factor(6),
+    XNormQuant: _factor(6),
+    Gate: Rule(cube=lambda t: (_mm(arg(t, "xg").shape[0], arg(t, "xg").shape[1], arg(t, "gate_w").shape[0]), False)),
+    RouteSort: _factor(40),
+    ExpertShared: Rule(cube=lambda t: (3 * _mm(arg(t, "x_i8").shape[0], arg(t, "x_i8").shape[1],
+                                               arg(t, "w1").shape[0]), True)),
+    ExpertRouted: Rule(touched=lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
+                                          for a in t.args
+                                          if (a.param.startswith("recv_") or a.param == "out") and len(a.shape) >= 2},
+                       cube=lambda t: (3 * _mm(768, arg(t, "recv_x").shape[-1], arg(t, "w1").shape[-2]), True)),
+    DispatchPush: Rule(touched=_routed_rows),
+    DispatchGather: Rule(touched=lambda t: {a.param: float(nbytes(a) * 768 / max(1, a.shape[0] * a.shape[1]))
+                                            for a in t.args if len(a.shape) >= 2 and a.shape[0] == 16}),
+    Combine: Rule(touched=_routed_rows),
+    **dict.fromkeys((DispatchMeta, RouteHash, SharedRouted), DEFAULTS),
+    # collectives, windows and signals
+    WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
+    **dict.fromkeys((OGroupA2A, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify, SignalWait,
+                     SignalBarrier), DEFAULTS),
 }
 
-# vector element ops per element of the largest argument
-_VECTOR_FACTOR = {
-    "comb_sinkhorn": 20 * 12, "qproj_dequant_rms_nope_rope": 10, "kv_rms_norm_rope": 10, "merge_norm": 10,
-    "csa_merge_norm": 10, "hca_stream_merge": 8, "hca_stream_pack": 6, "hca_stream_merge_pack": 12,
-    "qr_rms_norm_quant": 8, "rmsnorm": 6, "hc_pre_rms": 3, "hc_post": 6, "mix_x": 3, "idx_q_quant": 6,
-    "idx_qr_rope": 6, "idx_topk": 80, "moe_route_sort": 40, "quant_rows": 6, "o_proj_b_dequant": 4,
-    "moe_ffn_norm": 6, "moe_x_norm_quant": 6,
-}
-_SOFTMAX_OPS = 6  # max, sub, exp, sum, scale, cast per attention score
+
+def rule_of(op: str) -> Rule:
+    """The roofline rule of op kind `op`; an op kind without one is an error naming it."""
+    rule = ROOFLINE.get(get_op(op))
+    if rule is None:
+        raise LookupError(f"op '{op}' has no roofline rule (perf/roofline.py ROOFLINE; DEFAULTS when the default "
+                          "counting is right)")
+    return rule
 
 
 def task_work(task: Task) -> Work:
     """Bytes and arithmetic of one task (zero for dummies)."""
     if task.is_dummy:
         return Work()
-    sparse = _SPARSE.get(task.op, lambda _t: {})(task)
+    rule = rule_of(task.op)
+    sparse = rule.touched(task) if rule.touched is not None else {}
     w = Work()
     largest = 0.0                       # elements of the largest argument, as far as the task touches it
     for a in task.args:
@@ -249,17 +339,17 @@ def task_work(task: Task) -> Work:
         else:
             w.read += size
             w.written += size
-    cube = _CUBE.get(task.op)
+    cube = rule.cube
     if cube is not None:
         flops, int8 = cube(task)
         if int8:
             w.cube_int8 += flops
         else:
             w.cube_flops += flops
-        if task.core == "mix" and task.op in ("qk_pv", "hca_raw_attn", "hca_cmp_qk_pv", "csa_qk_pv"):
+        if task.core == "mix" and rule.softmax:
             w.vector_ops += flops / 4 / _head_dim(task) * _SOFTMAX_OPS
     if cube is None or task.core != "cube":
-        w.vector_ops += largest * _VECTOR_FACTOR.get(task.op, 2)
+        w.vector_ops += largest * rule.vector_factor
     if task.collective:
         w.remote += _remote_bytes(task)
     return w

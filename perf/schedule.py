@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from dspark_ir.hardware import HARDWARE, Hardware
+
 from .costs import DUMMY, KernelCost
-from .hardware import HARDWARE, Hardware
 
 NEEDS = {"cube": {"cube": 1}, "vector": {"vector": 1}, "mix": {"cube": 1, "vector": 2}}
 LANE = {"cube": "AIC", "vector": "AIV"}

@@ -31,11 +31,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from dspark_ir.errors import DsparkError
 from dspark_ir.fsutil import OutputDir
+from dspark_ir.hardware import HARDWARE, Hardware
 
 from .ab import Case, Lowered, Shape, Variant, lower_variant, stage_tasks, variants
 from .costs import CostSource, PyptoCosts, cost_model
 from .estimate import estimate
-from .hardware import HARDWARE, Hardware
 from .roofline import Work, chip_bound, task_work
 from .schedule import ScheduleParams, schedule
 

@@ -3,7 +3,7 @@
 For each layer (at one shape: config, TP, batch, S, cache lengths) every variant of the pass pipeline
 (perf/ab.py) is lowered and estimated: per-kernel cycles from pypto's cost model (cached by kernel source
 hash; kernels without a pypto template get a roofline estimate, flagged), composed by the schedule model
-(perf/schedule.py), against the 910B2 roofline (perf/hardware.py).
+(perf/schedule.py), against the 910B2 roofline (dspark_ir/hardware.py).
 
 Writes into DIR: ab.md (tables), ab.json (every number), onoff.png, waterfall_<layer>.png and
 traces/<layer>.<variant>.trace.json (Perfetto / chrome://tracing) for all-off and default.
@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
 from dspark_ir.fsutil import OutputDir
 
-from ..common import UsageError, add_executor_arguments, executor_from_args
+from ..common import CommandLine, UsageError, add_executor_arguments, executor_from_args
 
 NAME = "ab"
 HELP = "A/B matrix of the passes: estimated latency, Δ%%, roofline ratio, plots"
@@ -58,20 +57,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    parts = ["dspark", "ab", *args.layers, "--config", args.config, "--tp", str(args.tp), "--batch",
-             str(args.batch), "--seq", str(args.seq), "--csa-context", str(args.csa_context), "--hca-context",
-             str(args.hca_context), "--source", args.source]
-    if args.passes:
-        parts += ["--passes", args.passes]
-    if args.stage:
-        parts += ["--stage", args.stage]
+    line = CommandLine("ab", *args.layers)
+    for flag in ("config", "tp", "batch", "seq", "csa_context", "hca_context", "source"):
+        line.option("--" + flag.replace("_", "-"), getattr(args, flag))
+    line.option("--passes", args.passes or None).option("--stage", args.stage or None)
     for flag in ("no_loo", "no_aoi", "no_steps", "offline", "pypto_program"):
-        if getattr(args, flag):
-            parts.append("--" + flag.replace("_", "-"))
+        line.flag("--" + flag.replace("_", "-"), getattr(args, flag))
     if args.dispatch_cycles is not None:
-        parts += ["--dispatch-cycles", f"{args.dispatch_cycles:g}"]
-    parts += ["-o", args.output]
-    return " ".join(shlex.quote(p) for p in parts)
+        line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
+    return str(line.option("-o", args.output))
 
 
 def _cases(args):

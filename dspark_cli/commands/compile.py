@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 
-from dspark_ir import print_graph, verify
+from dspark_ir import print_graph
 from dspark_ir.fsutil import OutputDir
 
-from ..common import add_target_arguments, load_graph
+from ..common import CommandLine, add_target_arguments, load_graph
 
 NAME = "compile"
 HELP = "default pipeline + dumps + lowering + report, into one directory"
@@ -34,63 +33,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    parts = ["dspark", "compile", args.target]
-    if not args.target.endswith(".dsir"):
-        parts += ["--config", args.config]
-        for flag in ("tp", "batch", "seq"):
-            if getattr(args, flag, None) is not None:
-                parts += [f"--{flag}", str(getattr(args, flag))]
-    if args.pipeline:
-        parts += ["-p", args.pipeline]
-    for name in args.disable:
-        parts += ["--disable", name]
+    line = CommandLine("compile", args.target).layer(args).option("-p", args.pipeline or None)
+    line.repeated("--disable", args.disable)
     if args.check_numerics is not None:
-        parts.append("--check-numerics" if args.check_numerics else "--no-check-numerics")
-    if args.cycles:
-        parts.append("--cycles")
-    parts += ["-o", args.output]
-    return " ".join(shlex.quote(p) for p in parts)
+        line.add("--check-numerics" if args.check_numerics else "--no-check-numerics")
+    return str(line.flag("--cycles", args.cycles).option("-o", args.output))
 
 
 def run(args: argparse.Namespace) -> int:
-    from lowering import LoweringError, build_task_graph, lint
+    from lowering import compile
     from lowering.emit import emit
-    from passes import PassContext, run_pipeline
+    from passes import PassContext
 
     out = OutputDir(args.output)
     g = load_graph(args)
-    verify(g)
     numerics = args.check_numerics
     if numerics is None:
         numerics = g.attributes.get("config") == "tiny"
     ctx = PassContext(pipeline=args.pipeline, disabled=args.disable, verify_each=True, check_numerics=numerics,
                       dump_dir=str(out.path("dumps")), source=command_line(args))
-    result = run_pipeline(g, ctx=ctx)
-    tg = build_task_graph(result.graph)
-    report = lint(tg)
-    if not report.ok:
-        raise LoweringError(f"the lowered deps fail the lint: {report.errors[0]}")
+    c = compile(g, pipeline="default", ctx=ctx, strict=True, command=command_line(args))
     checks = {}
     if args.cycles:
         from lowering.pypto_exec import check_kernels
 
-        checks["sim"] = check_kernels(tg, "sim")
+        checks["sim"] = check_kernels(c.tg, "sim")
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
-             "pipeline": str(result.pipeline), "pipeline_key": result.cache_key,
+             "pipeline": str(c.passes.pipeline), "pipeline_key": c.pipeline_key,
              "checks": {m: [r.to_json() for r in runs] for m, runs in checks.items()}}
-    emit(tg, out.path("lowered"), command=command_line(args), report=report, extra=extra)
-    summary = _summary(args, g, result, tg, report, numerics)
-    out.write_text("opt.dsir", print_graph(result.graph, header=[f"dspark: {command_line(args)}",
-                                                                  f"pipeline: {result.pipeline}"]))
+    emit(c, out.path("lowered"), extra=extra)
+    summary = _summary(args, c, numerics)
+    out.write_text("opt.dsir", print_graph(c.graph, header=[f"dspark: {command_line(args)}",
+                                                             f"pipeline: {c.passes.pipeline}"]))
     out.write_text("report.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     out.write_text("report.md", _markdown(summary))
-    print(f"{args.output}: {summary['passes_changed']} of {len(result.runs)} passes changed the graph; "
+    print(f"{args.output}: {summary['passes_changed']} of {len(c.passes.runs)} passes changed the graph; "
           f"{summary['tasks']} tasks ({summary['kernels']} kernels, {summary['templated']} with pypto templates); "
-          f"lint: {report.summary()}; see {args.output}/report.md and {args.output}/dumps/index.html")
+          f"lint: {c.lint.summary()}; see {args.output}/report.md and {args.output}/dumps/index.html")
     return 0
 
 
-def _summary(args, g, result, tg, report, numerics: bool) -> dict:
+def _summary(args, c, numerics: bool) -> dict:
+    """The report's facts: the graph given, what each pass did, the task graph and its lint (c: lowering.Compiled)."""
+    g, result, tg = c.input, c.passes, c.tg
     cycles = [t.cycles for t in tg.kernels if getattr(t, "cycles", None)]
     return {
         "command": command_line(args),
@@ -101,9 +86,9 @@ def _summary(args, g, result, tg, report, numerics: bool) -> dict:
                     "added": len(r.added), "removed": len(r.removed), "note": r.note,
                     "skips": [str(s) for s in r.skips][:8]} for r in result.runs],
         "passes_changed": sum(1 for r in result.runs if r.status == "changed"),
-        "tasks": len(tg), "kernels": len(tg.kernels), "templated": sum(1 for t in tg.kernels if t.template),
-        "untemplated_ops": sorted({t.op for t in tg.kernels if not t.template}),
-        "deps": sum(len(t.deps) for t in tg.tasks), "lint": report.summary(),
+        "tasks": len(tg), "kernels": len(tg.kernels), "templated": len(c.templated),
+        "untemplated_ops": c.untemplated_ops,
+        "deps": sum(len(t.deps) for t in tg.tasks), "lint": c.lint.summary(),
         "cycles_sum": sum(cycles) if cycles else None,
     }
 

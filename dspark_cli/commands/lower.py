@@ -8,10 +8,8 @@ written atomically inside DIR, and only after everything was computed.
 from __future__ import annotations
 
 import argparse
-import importlib
-import shlex
 
-from ..common import UsageError, add_target_arguments, load_graph
+from ..common import CommandLine, add_target_arguments, load_graph
 
 NAME = "lower"
 HELP = "lower a graph to pypto kernels + orchestration (tasks.json, tasks.dot)"
@@ -33,59 +31,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "lower to their one-rank pypto forms")
 
 
-def apply_pipeline(g, pipeline: str | None):
-    """Run `pipeline` through the passes package when it is there; the graph unchanged otherwise."""
-    if not pipeline:
-        return g, None
-    try:
-        passes = importlib.import_module("passes")
-    except ImportError:
-        raise UsageError("-p needs the passes package, which is not installed") from None
-    result = passes.run_pipeline(g, None if pipeline == "default" else pipeline)
-    return result.graph, getattr(result, "cache_key", None)
-
-
 def command_line(args: argparse.Namespace) -> str:
-    parts = ["dspark", "lower", args.target]
-    if not args.target.endswith(".dsir"):
-        parts += ["--config", args.config]
-        for flag in ("tp", "batch", "seq", "ep"):
-            if getattr(args, flag, None) is not None:
-                parts += [f"--{flag}", str(getattr(args, flag))]
-    if args.pipeline:
-        parts += ["-p", args.pipeline]
+    line = CommandLine("lower", args.target).layer(args, ("tp", "batch", "seq", "ep"))
+    line.option("-p", args.pipeline or None)
     for flag in ("cycles", "compile", "static"):
-        if getattr(args, flag):
-            parts.append(f"--{flag}")
-    parts += ["-o", args.output]
-    return " ".join(shlex.quote(p) for p in parts)
+        line.flag(f"--{flag}", getattr(args, flag))
+    return str(line.option("-o", args.output))
 
 
 def run(args: argparse.Namespace) -> int:
-    from dspark_ir import verify
-    from lowering import LoweringError, build_task_graph, lint
+    from lowering import compile
     from lowering.codegen import RUNTIME_SYMBOLS
     from lowering.emit import emit
 
-    g = load_graph(args)
-    verify(g)
-    g, pipeline_key = apply_pipeline(g, args.pipeline)
-    tg = build_task_graph(g)
-    report = lint(tg)
-    if not report.ok:
-        raise LoweringError(f"the lowered deps fail the lint: {report.errors[0]}")
     runtime = () if args.static else RUNTIME_SYMBOLS
+    c = compile(load_graph(args), pipeline=args.pipeline, strict=True, runtime_symbols=runtime,
+                command=command_line(args))
     checks = {}
     for mode, wanted in (("compile", args.compile), ("sim", args.cycles)):
         if wanted:
-            checks[mode] = _check(tg, mode, args.workers, runtime)
+            checks[mode] = _check(c.tg, mode, args.workers, runtime)
+    g, tg = c.graph, c.tg
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
-             "pipeline": args.pipeline, "pipeline_key": pipeline_key,
+             "pipeline": args.pipeline, "pipeline_key": c.pipeline_key,
              "checks": {m: [r.to_json() for r in runs] for m, runs in checks.items()}}
-    emit(tg, args.output, command=command_line(args), report=report, extra=extra, runtime_symbols=runtime)
-    templated = sum(1 for t in tg.tasks if t.template)
-    print(f"{args.output}: {len(tg)} tasks ({len(tg.kernels)} kernels, {templated} with pypto templates), "
-          f"{sum(len(t.deps) for t in tg.tasks)} deps; lint: {report.summary()}")
+    emit(c, args.output, extra=extra)
+    print(f"{args.output}: {len(tg)} tasks ({len(tg.kernels)} kernels, {len(c.templated)} with pypto templates), "
+          f"{sum(len(t.deps) for t in tg.tasks)} deps; lint: {c.lint.summary()}")
     failed = [r for runs in checks.values() for r in runs if not r.ok]
     for r in failed:
         print(f"  pypto check failed: task {r.id} '{r.name}': {r.error}")

@@ -7,7 +7,6 @@ reproducer hints) go to stderr; --print-ir-after* go to stdout.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 
 from dspark_ir.text.printer import print_graph
@@ -67,8 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def context_from_args(args: argparse.Namespace):
     """The PassContext these flags describe."""
-    from passes import PassContext
-    from passes.pipeline import parse_entries
+    from passes import PassContext, parse_entries
 
     options: dict[str, dict] = {}
     for text in args.pass_option:

@@ -1,8 +1,8 @@
 """Run a layer on seeded golden inputs and compare every output with the independent golden.
 
-Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance (dspark_ir/layers/tolerances.py; at
-TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every output is within tolerance,
-1 otherwise.
+Prints max abs / max rel error (|a−e| / max(|e|, 1)) per output with the documented tolerance
+(goldens/tolerances.py; at TP > 1 the ranks' outputs are concatenated, as one layer output); exits 0 when every
+output is within tolerance, 1 otherwise. Inputs, golden and comparison come from the runner (runner/).
 The target may also be a .dsir file of a layer graph (its attributes name the layer, config and tp).
 `-p PIPELINE` runs a pass pipeline first (`default` = the default pipeline; `none` or omitted: no passes);
 the backend executes the resulting graph.
@@ -48,26 +48,26 @@ def backend(name: str) -> Callable[..., Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dspark_ir import layers, verify
-    from dspark_ir.layers.tolerances import compare_layer
+    import runner
+    from dspark_ir import verify
 
     g = _load(args)
     verify(g)
     if "layer" not in g.attributes:
         raise UsageError(f"graph '@{g.name}' is not a layer graph (no 'layer' attribute)")
     _check_regime(g, args.regime)
-    inputs = layers.layer_inputs(g, args.seed, args.regime)
-    golden = layers.golden_outputs(g, inputs)
+    inputs = runner.layer_inputs(g, args.seed, args.regime)
+    golden = runner.golden_outputs(g, inputs)
     pipeline = _pipeline_name(args.pipeline)
     g = _apply_pipeline(g, pipeline)
-    result = layers.graph_outputs(g, backend(args.backend)(g, inputs))
+    result = backend(args.backend)(g, inputs)
     a = g.attributes
     ep = f" · ep {a['ep']}" if "ep" in a else ""
     piped = f" · pipeline {pipeline}" if pipeline else ""
     print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']}{ep} · seed {args.seed} · "
           f"regime {args.regime}{piped} · backend {args.backend}")
     print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")
-    comparisons = compare_layer(result, golden, a["layer"], int(g.symbols.get("S") or 1))
+    comparisons = runner.compare_outputs(g, result, golden)
     for c in comparisons:
         verdict = "ok (bitwise)" if c.bitwise else "ok" if c.ok else f"FAIL: {c.detail}"
         print(f"  {c.name:<14} {c.max_abs:>10.3g}  {c.max_rel:>10.3g}  {c.tolerance.describe():<46} {verdict}")
@@ -97,17 +97,16 @@ def _pipeline_name(pipeline: str | None) -> str | None:
 
 
 def _apply_pipeline(g, pipeline: str | None):
-    if pipeline is None:
-        return g
-    import passes
+    from lowering import run_passes
 
-    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
+    result = run_passes(g, pipeline)
+    return g if result is None else result.graph
 
 
 def _check_regime(g, regime: str) -> None:
-    from dspark_ir import layers
+    import runner
 
-    known = layers.regimes(g.attributes["layer"])
+    known = runner.regimes(g.attributes["layer"])
     if regime not in known:
         from dspark_ir.errors import did_you_mean
 

@@ -10,9 +10,10 @@ Exit status: 0 completed and clean, 1 deadlock, problem or value mismatch, 2 err
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ..common import UsageError, add_target_arguments
+from dspark_ir.hardware import HARDWARE
+
+from ..common import UsageError, add_target_arguments, load_graph
 
 NAME = "simulate"
 HELP = "simulate the lowered task graph on N ranks (makespan in steps, or the deadlock report)"
@@ -23,9 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p, "LAYER|FILE")
     p.add_argument("--ep", type=int, default=None,
                    help="expert-parallel ranks of the moe layer (default: the config's)")
-    p.add_argument("--cores-cube", type=int, default=24, metavar="N", help="cube (AIC) cores per rank (default 24)")
-    p.add_argument("--cores-vector", type=int, default=48, metavar="N",
-                   help="vector (AIV) cores per rank (default 48); a mix task takes 1 cube + 2 vector")
+    p.add_argument("--cores-cube", type=int, default=HARDWARE.cube_cores, metavar="N",
+                   help=f"cube (AIC) cores per rank (default {HARDWARE.cube_cores})")
+    p.add_argument("--cores-vector", type=int, default=HARDWARE.vector_cores, metavar="N",
+                   help=f"vector (AIV) cores per rank (default {HARDWARE.vector_cores}); "
+                        "a mix task takes 1 cube + 2 vector")
     p.add_argument("--seed", type=int, default=0, help="seed of the dispatch order among ready tasks (default 0)")
     p.add_argument("--input-seed", type=int, default=0, help="seed of the layer's golden inputs (default 0)")
     p.add_argument("-p", "--pipeline", help="pass pipeline to run first ('default' = the default pipeline; "
@@ -41,16 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dspark_ir import verify
-    from lowering import build_task_graph
+    from lowering import compile
     from lowering.simulate import SimConfig, simulate
 
     if args.cores_cube < 0 or args.cores_vector < 0:
         raise UsageError("core counts must be >= 0", "--cores-cube/--cores-vector")
-    g = _load(args)
-    verify(g)
-    g = _pipeline(g, args.pipeline)
-    tg = build_task_graph(g)
+    c = compile(load_graph(args), pipeline=args.pipeline, sources=False)
+    g, tg = c.graph, c.tg
     inputs = _inputs(g, tg, args)
     config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed,
                        track_signal_windows=args.signal_edges, early_resolve=args.early_resolve)
@@ -65,26 +65,6 @@ def run(args: argparse.Namespace) -> int:
     elif result.completed:
         print("values: not compared (a numpy reference failed, see the problems above)")
     return 0 if result.ok and not mismatch else 1
-
-
-def _load(args: argparse.Namespace):
-    from dspark_ir import layers, parse_file
-
-    target = args.target
-    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
-        if args.ep is not None:
-            raise UsageError("applies to a layer name, not a file", "--ep")
-        return parse_file(target).entry
-    params = {} if args.ep is None else {"ep": args.ep}
-    return layers.build(target, config=args.config, tp=args.tp, batch=args.batch, seq=args.seq, **params)
-
-
-def _pipeline(g, pipeline: str | None):
-    if not pipeline:
-        return g
-    import passes
-
-    return passes.run_pipeline(g, None if pipeline == "default" else pipeline).graph
 
 
 def _inputs(g, tg, args: argparse.Namespace):
@@ -103,16 +83,17 @@ def _inputs(g, tg, args: argparse.Namespace):
 
 
 def layer_inputs(g, seed: int):
-    """layers.layer_inputs, except that a moe graph's inputs follow its `ep` attribute (ranks = ep)."""
+    """runner.layer_inputs, except that a moe graph's inputs follow its `ep` attribute (ranks = ep)."""
     import numpy as np
 
+    import runner
     from dspark_ir import layers
-    from goldens import inputs as gi
     from dspark_ir.semantics.dtypes import NP_DTYPES
+    from goldens import inputs as gi
 
     ep = g.attributes.get("ep")
     if ep is None or int(g.attributes.get("ranks", 1)) == layers.graph_config(g).ep:
-        return layers.layer_inputs(g, seed)
+        return runner.layer_inputs(g, seed)
     try:
         cfg = layers.graph_config(g).with_(ep=int(ep))
         per_rank = gi.make_rank_inputs(g.attributes["kind"], cfg, seed)

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
 from dspark_ir.fsutil import OutputDir
 
-from ..common import UsageError, add_executor_arguments, executor_from_args
+from ..common import CommandLine, UsageError, add_executor_arguments, executor_from_args
 
 NAME = "sweep"
 HELP = "estimated latency over a grid of shapes x pipelines (table, plots; resumable; local or Dask)"
@@ -75,20 +74,15 @@ def grid_from_args(args: argparse.Namespace):
 
 
 def command_line(args: argparse.Namespace) -> str:
-    parts = ["dspark", "sweep", *args.layers, "--config", args.config]
-    for flag in ("tp", "batch", "seq", "context", "stage"):
-        if getattr(args, flag) is not None:
-            parts += [f"--{flag}", str(getattr(args, flag))]
-    for text in args.param:
-        parts += ["--param", text]
-    parts += [f"-p={text}" for text in args.pipeline]          # "-p=-PASS": a value may start with "-"
-    parts += ["--source", args.source]
-    if args.offline:
-        parts.append("--offline")
+    line = CommandLine("sweep", *args.layers)
+    for flag in ("config", "tp", "batch", "seq", "context"):
+        line.option(f"--{flag}", getattr(args, flag))
+    line.repeated("--param", args.param)
+    line.add(*(f"-p={text}" for text in args.pipeline))         # "-p=-PASS": a value may start with "-"
+    line.option("--stage", args.stage).option("--source", args.source).flag("--offline", args.offline)
     if args.dispatch_cycles is not None:
-        parts += ["--dispatch-cycles", f"{args.dispatch_cycles:g}"]
-    parts += ["-o", args.output]
-    return " ".join(shlex.quote(p) for p in parts)
+        line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
+    return str(line.option("-o", args.output))
 
 
 def _progress(disabled: bool):

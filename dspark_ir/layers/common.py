@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from ..dims import ceildiv
 from ..graph import Value
-from . import GraphBuilder
+from .builder import GraphBuilder
 
 
 class HcPre(NamedTuple):

@@ -19,7 +19,7 @@ Returns x_out and the updated kv_cache, cmp_kv, cmp_state, idx_kv_cache, idx_kv_
 from __future__ import annotations
 
 from ..dims import ceildiv
-from . import GraphBuilder
+from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
 
 RMS_PAD_TILE = 16  # seed literal: the compressor finish stages run ceil(B/16) blocks of 16 requests

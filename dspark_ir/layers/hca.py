@@ -20,7 +20,7 @@ Returns x_out and the updated kv_cache, cmp_kv, cmp_state.
 from __future__ import annotations
 
 from ..dims import ceildiv
-from . import GraphBuilder
+from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 

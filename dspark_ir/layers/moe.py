@@ -28,7 +28,7 @@ from ..dims import Dim, Sym, ceildiv, dim
 from ..errors import ConfigError
 from ..graph import Value
 from ..ops.signal import check_signals
-from . import GraphBuilder
+from .builder import GraphBuilder
 
 # seed tiles (gate.py): x_norm_quant token tile, gate M×N tile, route token tile
 QUANT_T_TILE = 8

@@ -10,7 +10,7 @@ Returns x_out and the updated kv_cache.
 from __future__ import annotations
 
 from ..dims import ceildiv
-from . import GraphBuilder
+from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
 
 

@@ -1,8 +1,13 @@
 """The op registry: every op kind is one `OpDef` subclass declared with `@register_op`.
 
 An op declares its operands, results, typed attributes with defaults, the core kind it runs on,
-which results alias which operands (in-place buffer updates), a shape/dtype rule, and the numpy
-function that defines its meaning (`reference = staticmethod(<family>_sem.<fn>)`, from dspark_ir/semantics).
+which results alias which operands (in-place buffer updates), what a node of it becomes in the task graph
+(`lowers_to`), a shape/dtype rule, and the numpy function that defines its meaning
+(`reference = staticmethod(<family>_sem.<fn>)`, from dspark_ir/semantics).
+
+The op class is the key every later stage registers its facts against (view rules in lowering/build.py,
+roofline rules in perf/roofline.py, ...): keyed by the class, not by its `name` string, a renamed class fails
+at import and a renamed `name` needs no other change.
 """
 from __future__ import annotations
 
@@ -42,6 +47,18 @@ class _Required:
 REQUIRED = _Required()
 
 CORE_KINDS = ("cube", "vector", "mix", "none")
+
+# What a node of an op becomes in the task graph: the op's own fact, read by the lowering and by passes.
+LOWERS_TO: dict[str, str] = {
+    "kernel": "one kernel task (the default)",
+    "view": "a view of its one operand's buffer, no task (lowering/build.py's view rule for the op class says "
+            "which view; a result no strided view expresses is a copy task)",
+    "placement": "its operands' producers write straight into their slots of its result when they can "
+                 "(else a copy task)",
+    "dummy": "no work: a point other tasks wait for (task_dummy)",
+    "signal": "a task whose whole effect is meeting its peer ranks: at one rank there is nothing to do",
+    "host": "a host step before the run (window allocation): no core, no time",
+}
 
 # Scheduling attributes every op accepts; passes change them and the lowering reads them.
 COMMON_ATTRS: dict[str, Attr] = {
@@ -158,6 +175,7 @@ class OpDef:
     family: ClassVar[str] = ""                  # kernel family (module under kernels/)
     collective: ClassVar[bool] = False          # runs across ranks (interpreter gathers all ranks)
     allocates: ClassVar[bool] = False           # results are fresh local buffers (may be updated in place)
+    lowers_to: ClassVar[str] = "kernel"         # what a node becomes in the task graph: a key of LOWERS_TO
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------
@@ -234,6 +252,7 @@ OP_REGISTRY: dict[str, type[OpDef]] = {}
 
 def register_op(cls: type[OpDef]) -> type[OpDef]:
     assert cls.name not in OP_REGISTRY, f"op '{cls.name}' registered twice"
+    assert cls.lowers_to in LOWERS_TO, f"{cls.name}: lowers_to '{cls.lowers_to}' is not one of {', '.join(LOWERS_TO)}"
     for key, spec in cls.attrs.items():
         assert key not in COMMON_ATTRS, f"{cls.name}: '{key}' shadows a common attribute"
         assert isinstance(spec, Attr)

@@ -24,6 +24,7 @@ class Join(OpDef):
     name = "join"
     operands = ("*ins",)
     core = "none"
+    lowers_to = "dummy"
     reference = staticmethod(elementwise_sem.join)
     family = "elementwise"
 
@@ -72,6 +73,7 @@ class Reshape(OpDef):
     operands = ("x",)
     attrs = {"shape": Attr("dims", REQUIRED)}
     core = "none"
+    lowers_to = "view"
     reference = staticmethod(elementwise_sem.reshape)
     family = "elementwise"
 
@@ -90,6 +92,7 @@ class Slice(OpDef):
     operands = ("x",)
     attrs = {"axis": Attr("int", REQUIRED), "start": Attr("dim", REQUIRED), "size": Attr("dim", REQUIRED)}
     core = "none"
+    lowers_to = "view"
     reference = staticmethod(elementwise_sem.slice_)
     family = "elementwise"
 
@@ -111,6 +114,7 @@ class Concat(OpDef):
     operands = ("*xs",)
     attrs = {"axis": Attr("int", REQUIRED)}
     core = "none"
+    lowers_to = "placement"
     reference = staticmethod(elementwise_sem.concat)
     family = "elementwise"
 

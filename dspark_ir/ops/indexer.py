@@ -24,7 +24,7 @@ class _IdxOp(OpDef):
     family = "indexer"
 
 
-def _visibility_attrs() -> dict[str, Attr]:
+def visibility_attrs() -> dict[str, Attr]:
     return {
         "ratio": Attr("int", REQUIRED),
         "seq": Attr("int", REQUIRED),
@@ -32,7 +32,7 @@ def _visibility_attrs() -> dict[str, Attr]:
     }
 
 
-def _check_visibility(attrs, pos: TensorType, kv_len: TensorType) -> None:
+def check_visibility(attrs, pos: TensorType, kv_len: TensorType) -> None:
     for n in ("ratio", "seq", "score_len"):
         expect(attrs[n] > 0, f"{n} must be positive, got {attrs[n]}")
     expect_index_vector(pos, "positions")
@@ -185,7 +185,7 @@ class IdxScore(_IdxOp):
     name = "idx_score"
     operands = ("q", "q_scale", "weights", "idx_kv_cache", "idx_kv_scale", "idx_block_table", "positions",
                 "kv_seq_len")
-    attrs = _visibility_attrs() | {"block_size": Attr("int", REQUIRED),
+    attrs = visibility_attrs() | {"block_size": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     core = "mix"
     reference = staticmethod(indexer_sem.idx_score)
@@ -200,7 +200,7 @@ class IdxScore(_IdxOp):
         expect(kscale.rank == 1 and kscale.dtype == F32, f"idx_kv_scale must be f32[rows], got {kscale}")
         expect_same_dim(kscale.shape[0], cache.shape[0], "idx_kv_scale rows")
         expect_table(table, "idx_block_table", kv_len.shape[0])
-        _check_visibility(attrs, pos, kv_len)
+        check_visibility(attrs, pos, kv_len)
         expect_same_dim(pos.shape[0], q.shape[0], "positions vs q tokens")
         return [TensorType(F32, (q.shape[0], D.Const(attrs["score_len"])))]
 
@@ -214,13 +214,13 @@ class IdxTopk(_IdxOp):
     (topk). `max_visible` is the static bound on visible; when it is ≤ k the top-k bypass applies."""
     name = "idx_topk"
     operands = ("score", "positions", "kv_seq_len")
-    attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED),
+    attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     reference = staticmethod(indexer_sem.idx_topk)
 
     def infer(self, ins, attrs):
         score, pos, kv_len = ins
-        _check_visibility(attrs, pos, kv_len)
+        check_visibility(attrs, pos, kv_len)
         expect(score.rank == 2 and score.dtype == F32, f"score must be f32[T, score_len], got {score}")
         expect_same_dim(score.shape[0], pos.shape[0], "score rows vs positions")
         expect(score.shape[1].value() in (None, attrs["score_len"]), f"score width must be {attrs['score_len']}")
@@ -237,12 +237,12 @@ class IdxTopkBounded(_IdxOp):
     as `idx_topk` when visible ≤ k for every token (ascending instead of score order)."""
     name = "idx_topk_bounded"
     operands = ("positions", "kv_seq_len")
-    attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED)}
+    attrs = visibility_attrs() | {"k": Attr("int", REQUIRED)}
     reference = staticmethod(indexer_sem.idx_topk_bounded)
 
     def infer(self, ins, attrs):
         pos, kv_len = ins
-        _check_visibility(attrs, pos, kv_len)
+        check_visibility(attrs, pos, kv_len)
         return [TensorType(I32, (pos.shape[0], D.Const(attrs["score_len"])))]
 
     def tile_axes(self, ins, outs, attrs):

@@ -53,6 +53,7 @@ class Window(OpDef):
     attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "i32")}
     core = "none"
     allocates = True
+    lowers_to = "host"
     reference = staticmethod(signal_sem.window)
     family = "signal"
 
@@ -67,6 +68,7 @@ class SignalNotify(OpDef):
     operands = ("signal", "*after")
     attrs = {"value": Attr("int", 1), "notify_per": NOTIFY_PER}
     collective = True
+    lowers_to = "signal"
     notify_operand = "signal"
     reference = staticmethod(signal_sem.signal_notify)
     family = "signal"
@@ -87,6 +89,7 @@ class SignalWait(OpDef):
     attrs = dict(WAIT_ATTRS)
     core = "mix"
     collective = True
+    lowers_to = "signal"
     wait_operand = "signal"
     reference = staticmethod(signal_sem.signal_wait)
     family = "signal"
@@ -104,6 +107,7 @@ class SignalBarrier(OpDef):
     attrs = {"value": Attr("int", 1), **WAIT_ATTRS}
     core = "mix"
     collective = True
+    lowers_to = "signal"
     notify_operand = "signal"
     wait_operand = "signal"
     reference = staticmethod(signal_sem.signal_barrier)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..types import DType
 from ..semantics import topk_bypass as topk_bypass_sem
 from .base import REQUIRED, Attr, OpDef, expect, expect_same_dim, register_op
-from .indexer import _check_visibility, _visibility_attrs
+from .indexer import check_visibility, visibility_attrs
 
 I32 = DType.i32
 
@@ -28,12 +28,12 @@ class IdxTopkSelect(OpDef):
     name = "idx_topk_select"
     family = "topk_bypass"
     operands = ("fallback", "positions", "kv_seq_len")
-    attrs = _visibility_attrs() | {"k": Attr("int", REQUIRED)}
+    attrs = visibility_attrs() | {"k": Attr("int", REQUIRED)}
     reference = staticmethod(topk_bypass_sem.idx_topk_select)
 
     def infer(self, ins, attrs):
         fallback, pos, kv_len = ins
-        _check_visibility(attrs, pos, kv_len)
+        check_visibility(attrs, pos, kv_len)
         expect(fallback.rank == 2 and fallback.dtype == I32, f"fallback must be i32[T, score_len], got {fallback}")
         expect_same_dim(fallback.shape[0], pos.shape[0], "fallback rows vs positions")
         expect(fallback.shape[1].value() in (None, attrs["score_len"]),

@@ -29,6 +29,7 @@ class WindowRelease(OpDef):
     results = ("released",)
     core = "mix"
     collective = True
+    lowers_to = "signal"
     family = "window_release"
     reference = staticmethod(window_release_sem.window_release)
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from goldens.numerics import q8
 
-from .dtypes import BF16, f32
 from .compressor import rope_rotate
+from .dtypes import BF16, f32
 
 F32 = np.float32
 FP32_NEG_INF = F32(-3.4028234663852886e38)

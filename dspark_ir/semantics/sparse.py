@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import BF16, f32
 from .compressor import rope_rotate
+from .dtypes import BF16, f32
 
 F32 = np.float32
 NEG_INF_ATTN = F32(-1.0e20)

@@ -15,7 +15,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CLOCK_MHZ = 1800  # cycles per µs of the modelled core clock
+from dspark_ir.hardware import HARDWARE
+
+CLOCK_MHZ = HARDWARE.clock_mhz  # cycles per µs of the modelled core clock
 COST_DIR = "CostModelSimulationOutput"
 STAT_REPORT = "_simulate.stat.report.txt"
 SWIM_CYCLES = "_simulate.swim.json"

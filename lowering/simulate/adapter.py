@@ -38,7 +38,6 @@ class SimError(DsparkError):
     """A task graph or a core budget the simulator cannot run."""
 
 
-HOST_OPS = frozenset({"window"})        # host `alloc_window_buffer`: done before the run, no core, no time
 CORE_KINDS = ("cube", "vector", "mix")
 
 
@@ -132,7 +131,7 @@ def signal_buffers(tasks: list[SimTask]) -> set[str]:
 
 
 def _sim_task(t: Task) -> SimTask:
-    if t.op in HOST_OPS:
+    if get_op(t.op).lowers_to == "host":      # host `alloc_window_buffer`: done before the run, no core, no time
         return SimTask(t.id, t.name, t.op, "host", None, 1, False, "local", task=t)
     if t.is_dummy:
         return SimTask(t.id, t.name, t.op, "dummy", None, 1, False, "local", task=t)

@@ -50,6 +50,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dspark_ir.hardware import HARDWARE
+
 from .adapter import SimError, SimTask, TaskGraph, buffer_bytes, sim_tasks
 from .cores import CorePool, describe_need
 from .problems import Problem
@@ -63,8 +65,8 @@ WAITING, READY, DONE = "waiting", "ready", "done"
 class SimConfig:
     """Core budget per rank, the seed of the dispatch order, and the cost of a block."""
 
-    cube: int = 24
-    vector: int = 48
+    cube: int = HARDWARE.cube_cores
+    vector: int = HARDWARE.vector_cores
     seed: int = 0
     duration: Callable[[SimTask], int] | None = None    # steps per block (default 1)
     track_signal_windows: bool = False                  # keep notifier→waiter window hazards as inferred deps

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from goldens.config import config_by_name
 from goldens.compare import check
+from goldens.config import config_by_name
 from goldens.indexer import bypass_topk, topk_indices, visible_lengths
 from goldens.inputs import ATTENTION_REGIMES, make_inputs
 from goldens.layers import decode_csa

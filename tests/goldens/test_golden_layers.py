@@ -5,8 +5,18 @@ import numpy as np
 import pytest
 
 from goldens.compressor import csa_spec, pooling_tokens
-from goldens.inputs import (ATTENTION_KINDS, KINDS, input_specs, make_inputs, make_rank_inputs, output_specs,
-                            regimes_for, start_ranges, typed_inputs, typed_outputs)
+from goldens.inputs import (
+    ATTENTION_KINDS,
+    KINDS,
+    input_specs,
+    make_inputs,
+    make_rank_inputs,
+    output_specs,
+    regimes_for,
+    start_ranges,
+    typed_inputs,
+    typed_outputs,
+)
 from goldens.layers import LAYERS, decode_csa, decode_hca, run_layer
 from goldens.numerics import rb
 

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from goldens.hc import hc_post, hc_pre, sinkhorn
-from goldens.numerics import (cube_mad_matmul, deq, q8, rb, rope_fwd, rope_half, rope_inv, rope_inv_freq,
-                              rope_tables)
+from goldens.numerics import cube_mad_matmul, deq, q8, rb, rope_fwd, rope_half, rope_inv, rope_inv_freq, rope_tables
 
 
 def rb_bits(x):

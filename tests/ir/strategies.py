@@ -43,7 +43,8 @@ def graphs(draw):
         kind = draw(st.sampled_from(["rmsnorm", "matmul", "add", "cast", "rope", "concat_slice"]))
         sched = _sched_attrs(draw)
         if kind == "rmsnorm":
-            node = g.add_op("rmsnorm", [x, weight], {"eps": draw(st.sampled_from([1e-6, 1e-5, 0.5])), **sched}, names=name)
+            eps = draw(st.sampled_from([1e-6, 1e-5, 0.5]))
+            node = g.add_op("rmsnorm", [x, weight], {"eps": eps, **sched}, names=name)
             out = node.result
         elif kind == "matmul":
             node = g.add_op("matmul", [x, mat], {"k_split": draw(st.integers(1, 4))}, names=name)
@@ -57,7 +58,8 @@ def graphs(draw):
             out = g.add_op("rope", [x, cos, sin], {"rope_dim": 8, "inverse": draw(st.booleans())}, names=name).result
         else:
             cat = g.add_op("concat", [x, draw(st.sampled_from(values))], {"axis": 1}, names=name).result
-            out = g.add_op("slice", [cat], {"axis": 1, "start": 0, "size": width}, names=g.fresh_name(name + ".s")).result
+            out = g.add_op("slice", [cat], {"axis": 1, "start": 0, "size": width},
+                           names=g.fresh_name(name + ".s")).result
         values.append(out)
     done = g.add_op("join", values[-2:], names="end.join").result
     g.set_returns([values[-1], done])

@@ -1,5 +1,4 @@
 """Text form: print → parse → structurally equal → print byte-identical; located parse errors."""
-import re
 from pathlib import Path
 
 import pytest

@@ -73,6 +73,7 @@ def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) 
     """{name: (task, job)} of every task of the tiny TP1 layer (the default pipeline less `disabled`) whose op is
     in `ops`, on the layer's own data; one per distinct kernel (`seen` carries the keys across layers)."""
     import passes
+    import runner
     from dspark_ir import layers
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
@@ -81,7 +82,7 @@ def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) 
     ctx = passes.PassContext(disabled=disabled)
     g = passes.run_pipeline(layers.build(layer, config="tiny", tp=1, **params), ctx=ctx).graph
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0, "default"))
+    mem = Memory(tg, runner.layer_inputs(g, 0, "default"))
     out = {}
     for t in tg.tasks:
         if t.is_dummy:

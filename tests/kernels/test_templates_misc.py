@@ -21,11 +21,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import parse_graph, verify
 from lowering import build_task_graph
 from lowering.codegen import kernel_module
 from lowering.executors import Memory, operand_arrays, reference_of, run_task
-from lowering.pypto_exec import _job, check_kernels
+from lowering.pypto_exec import _job
 from tests.lowering.pypto_cases import Case, case_inputs, check_case, ulps
 
 pytestmark = pytest.mark.pypto
@@ -107,7 +108,7 @@ def _synthetic_jobs():
 
 
 def _pipeline_all() -> str:
-    from passes.defaults import DEFAULT_PIPELINE
+    from passes.infra.defaults import DEFAULT_PIPELINE
 
     return ",".join(e.spec.replace("deterministic-split-k", "deterministic-split-k{targets=all}")
                     for e in DEFAULT_PIPELINE if e.enabled)
@@ -128,10 +129,8 @@ SPLIT_OPS = ("matmul_partials", "split_reduce")
 
 def _layer_jobs():
     """The tiny decode-swa (TP1) split-K tasks on the layer's seeded inputs: producers run on numpy."""
-    from dspark_ir import layers
-
     g, tg = _layer_tg("tiny", 1)
-    mem = Memory(tg, layers.layer_inputs(g, 0))
+    mem = Memory(tg, runner.layer_inputs(g, 0))
     out = {}
     for t in tg.tasks:
         if t.op in SPLIT_OPS:

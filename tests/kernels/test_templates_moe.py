@@ -8,7 +8,7 @@ One module-level batch (one `run_jobs` call) holds:
   expert_routed, and dispatch_gather with two source ranks. Every output starts poisoned (not zero), so rows a
   kernel must zero-fill (expert_routed, dispatch_gather, window) are checked too.
 * `full` jobs of the EP1 forms of the collectives dispatch_meta, dispatch_push and combine
-  (kernels.moe.PYPTO_TEMPLATES_EP1) on the tiny EP1 layer's data, against the collective references at one rank.
+  (`@one_rank_template` in kernels/moe.py) on the tiny EP1 layer's data, against the collective references at one rank.
 * `compile` jobs (to the execute graph) at the flash TP4 shapes (T = 128, hidden 4096, 256 experts, top-6,
   EP16: 16 local experts, RM = 2048): every templated MoE task and window of the flash layers, plus
   dispatch_meta's EP1 form at flash with ep = 1.
@@ -34,8 +34,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import parse_graph, verify
-from kernels._pypto import module_prelude
+from kernels.pto import module_prelude
 from lowering import build_task_graph
 from lowering.executors import Memory, run_task
 from lowering.pypto_exec import _job
@@ -74,7 +75,7 @@ def _layer_jobs(layer_id: int, ops) -> dict:
 
     g = layers.build("moe", config="tiny", tp=1, ep=1, layer_id=layer_id)
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0))
+    mem = Memory(tg, runner.layer_inputs(g, 0))
     out = {}
     for t in tg.tasks:
         if t.op in ops and not t.collective:
@@ -85,23 +86,29 @@ def _layer_jobs(layer_id: int, ops) -> dict:
     return out
 
 
+def _one_rank_forms() -> dict:
+    """op name -> its one-rank template (the collectives' EP1 forms)."""
+    from kernels import registry
+
+    return {op.name: fn for op, fn in registry.one_rank_templates().items()}
+
+
 def _ep1_collective_jobs() -> dict:
     """dispatch_meta, dispatch_push and combine of the tiny EP1 hash layer through their EP1 forms
-    (PYPTO_TEMPLATES_EP1), with the collective references' one-rank results as goldens. The signal windows are
+    (`@one_rank_template`), with the collective references' one-rank results as goldens. The signal windows are
     read-only here (no peer to notify): the kernels take only their read side."""
     from dspark_ir import layers
-    from kernels import moe
     from kernels.pypto_rt import KernelJob
     from lowering.codegen import kernel_spec
     from lowering.executors import kernel_attrs, operand_arrays, reference_of
 
     g = layers.build("moe", config="tiny", tp=1, ep=1, layer_id=0)
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0))
+    mem = Memory(tg, runner.layer_inputs(g, 0))
     out = {}
     for t in tg.tasks:
-        if t.op in moe.PYPTO_TEMPLATES_EP1:
-            source = module_prelude() + "\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
+        if t.op in _one_rank_forms():
+            source = module_prelude() + "\n\n" + _one_rank_forms()[t.op](kernel_spec(t, RUNTIME))
             job = _job(t, tg, mem, "full", False, RUNTIME, source=source)
             value = reference_of(t)([operand_arrays(t, mem)], ranks=1, **kernel_attrs(t))[0]
             values = value if isinstance(value, tuple) else (value,)
@@ -278,13 +285,12 @@ def _flash_ep1_jobs() -> dict:
     """dispatch_meta's EP1 form at the flash TP4 shapes with ep = 1 (256 local experts). (combine's EP1 form
     compiles there too, but its recv_y is 256 MiB of zeros to ship: left out of the batch.)"""
     from dspark_ir import layers
-    from kernels import moe
     from kernels.pypto_rt import KernelJob
     from lowering.codegen import kernel_spec
 
     tg = build_task_graph(layers.build("moe", config="flash", tp=4, ep=1, layer_id=0))
     [t] = [t for t in tg.kernels if t.op == "moe_dispatch_meta"]
-    source = module_prelude() + "\n\n" + moe.PYPTO_TEMPLATES_EP1[t.op](kernel_spec(t, RUNTIME))
+    source = module_prelude() + "\n\n" + _one_rank_forms()[t.op](kernel_spec(t, RUNTIME))
     job = _compile_job(tg, t)
     outputs = {k: v for k, v in job.outputs.items() if f" {k}: pypto.Tensor" in source}
     return {"FE_moe_dispatch_meta": (t, KernelJob(source, t.kernel, job.inputs, outputs, mode="compile",
@@ -375,14 +381,14 @@ def test_flash_tp4_shapes_compile(batch, name):
 
 
 def test_every_moe_op_is_templated_or_explained():
-    """Each MoE / signal / collective op kind has a template or a recorded reason (PYPTO_UNSUPPORTED)."""
+    """Each MoE / signal op kind has a template or a recorded reason (`unsupported`), never both."""
     from dspark_ir.ops import OP_REGISTRY, load_all
-    from kernels import moe
-    from kernels import signal
+    from kernels import registry
 
     load_all()
-    for module, family in ((moe, "moe"), (signal, "signal")):
+    templated = {op.name for op in registry.templates()}
+    explained = {op.name for op in registry.unsupported_ops()}
+    for family in ("moe", "signal"):
         ops = {n for n, d in OP_REGISTRY.items() if d.family == family}
-        covered = set(module.PYPTO_TEMPLATES) | set(module.PYPTO_UNSUPPORTED)
-        assert ops == covered, (family, sorted(ops ^ covered))
-        assert not set(module.PYPTO_TEMPLATES) & set(module.PYPTO_UNSUPPORTED)
+        assert ops <= templated | explained, (family, sorted(ops - templated - explained))
+    assert not templated & explained

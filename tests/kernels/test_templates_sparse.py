@@ -207,6 +207,7 @@ LAYER_TASKS = {  # task name → (layer, after the default pipeline)
 
 def _layer_jobs() -> dict:
     import passes
+    import runner
     from dspark_ir import layers
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
@@ -218,7 +219,7 @@ def _layer_jobs() -> dict:
         if piped:
             g = passes.run_pipeline(g).graph
         tg = build_task_graph(g)
-        mem = Memory(tg, layers.layer_inputs(g, 0))
+        mem = Memory(tg, runner.layer_inputs(g, 0))
         for t in tg.tasks:
             if LAYER_TASKS.get(t.name) == (layer, piped):
                 out[t.name] = (t, _job(t, tg, mem, "full", True, ("T",)))

@@ -182,6 +182,7 @@ def test_calculator_libm_is_torchs():
 # ---- batch 1: the tiny TP1 decode-swa layer's own tasks ------------------------------------------------------
 @pytest.fixture(scope="module")
 def layer_batch():
+    import runner
     from dspark_ir import layers
     from kernels.pypto_rt import run_jobs
     from lowering import build_task_graph
@@ -190,7 +191,7 @@ def layer_batch():
 
     g = layers.build("decode-swa", config="tiny", tp=1)
     tg = build_task_graph(g)
-    mem = Memory(tg, layers.layer_inputs(g, 0, "default"))
+    mem = Memory(tg, runner.layer_inputs(g, 0, "default"))
     jobs, meta = [], []
     for t in tg.tasks:
         if t.op in SWA_OPS:

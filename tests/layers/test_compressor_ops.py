@@ -11,6 +11,7 @@ import pytest
 
 from dspark_ir.errors import ShapeError
 from dspark_ir.graph import Graph
+from dspark_ir.semantics import compressor as K
 from dspark_ir.types import TensorType
 from goldens import config as gc
 from goldens import inputs as gi
@@ -19,7 +20,6 @@ from goldens.indexer import write_index_cache
 from goldens.layers import write_cmp_entries
 from goldens.norm import rms_norm
 from goldens.numerics import rope_half
-from dspark_ir.semantics import compressor as K
 
 from .helpers import bitwise
 

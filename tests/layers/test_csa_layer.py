@@ -10,12 +10,11 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+import runner
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
-from goldens.attention import (attend, csa_compressed_rows, derotate_pack, even_tiles, gather_keys,
-                               sparse_window)
+from goldens.attention import attend, csa_compressed_rows, derotate_pack, even_tiles, gather_keys, sparse_window
 from goldens.compressor import compress_step, compressor_weights, csa_spec, indexer_spec
 from goldens.config import tiles_for
 from goldens.indexer import head_weights, index_query, index_scores, topk_indices, visible_lengths, write_index_cache
@@ -23,6 +22,7 @@ from goldens.inputs import ATTENTION_REGIMES
 from goldens.layers import write_cmp_entries
 from goldens.numerics import rope_half
 from goldens.paging import request_of_tokens, write_rows
+from goldens.tolerances import compare_layer
 
 LAYER = "decode-csa"
 SEEDS = (0, 1, 2)
@@ -193,12 +193,12 @@ def check_stages(cfg, inp, env):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("tp", [1, 4])
 def test_csa_matches_golden(tp, seed, regime):
-    """Whole-layer outputs within the documented tolerances (dspark_ir/layers/tolerances.py), and every CSA
+    """Whole-layer outputs within the documented tolerances (goldens/tolerances.py), and every CSA
     stage bitwise equal to the golden's function given the graph's own upstream values."""
     g = graph(tp)
-    inputs = layers.layer_inputs(g, seed, regime)
+    inputs = runner.layer_inputs(g, seed, regime)
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(layers.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
     cfg = layers.graph_config(g)
     for rank, (inp, env) in enumerate(zip(per_rank(inputs), envs)):
         assert check_stages(cfg, inp, env) == [], f"rank {rank}"
@@ -209,9 +209,9 @@ def test_csa_seq8_matches_golden(seed):
     """S = 8: two ratio-4 boundaries per chunk, only the first pooled; the indexer's step RoPE row is the chunk's
     first position for all 8 tokens."""
     g = graph(1, seq=8)
-    inputs = layers.layer_inputs(g, seed, "default")
+    inputs = runner.layer_inputs(g, seed, "default")
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(layers.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
     assert check_stages(layers.graph_config(g), inputs, envs[0]) == []
 
 
@@ -219,8 +219,8 @@ def test_csa_seq8_matches_golden(seed):
 def perturbed(tp, regime, mutate):
     """(golden on the original inputs, graph outputs and envs on the mutated inputs)."""
     g = graph(tp)
-    inputs = layers.layer_inputs(g, 0, regime)
-    want = per_rank(layers.golden_outputs(g, inputs))
+    inputs = runner.layer_inputs(g, 0, regime)
+    want = per_rank(runner.golden_outputs(g, inputs))
     changed = [dict(d) for d in per_rank(inputs)]
     for d in changed:
         mutate(d)
@@ -256,7 +256,7 @@ def test_long_cache_selects_a_strict_subset(tp, seed):
     """Every token sees more entries than IDX_TOPK, keeps exactly IDX_TOPK of them, and the choice is the scores'
     (not simply the first IDX_TOPK entries)."""
     g = graph(tp)
-    inputs = per_rank(layers.layer_inputs(g, seed, "long_cache"))
+    inputs = per_rank(runner.layer_inputs(g, seed, "long_cache"))
     envs, _ = run_case(g, inputs if tp > 1 else inputs[0])
     cfg = layers.graph_config(g)
     k = cfg.idx_topk

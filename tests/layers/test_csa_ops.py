@@ -9,11 +9,11 @@ import pytest
 
 from dspark_ir.errors import VerifyError
 from dspark_ir.graph import Graph
+from dspark_ir.semantics import sparse as K
 from dspark_ir.types import TensorType
 from dspark_ir.verifier import verify
 from goldens import config as gc
 from goldens.attention import csa_compressed_rows
-from dspark_ir.semantics import sparse as K
 
 from .helpers import bitwise
 

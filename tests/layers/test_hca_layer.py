@@ -10,18 +10,27 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+import runner
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
-from goldens.attention import (attend, derotate_pack, even_tiles, gather_keys, hca_compressed_rows, sparse_window,
-                               tile_partial, work_rows)
+from dspark_ir.semantics import sparse as KS
+from goldens.attention import (
+    attend,
+    derotate_pack,
+    even_tiles,
+    gather_keys,
+    hca_compressed_rows,
+    sparse_window,
+    tile_partial,
+    work_rows,
+)
 from goldens.compressor import compress_step, compressor_weights, hca_spec
 from goldens.inputs import ATTENTION_REGIMES
 from goldens.layers import write_cmp_entries
 from goldens.numerics import rope_half
 from goldens.paging import write_rows
-from dspark_ir.semantics import sparse as KS
+from goldens.tolerances import compare_layer
 
 LAYER = "decode-hca"
 SEEDS = (0, 1, 2)
@@ -156,9 +165,9 @@ def check_stages(cfg, inp, env):
 @pytest.mark.parametrize("tp", [1, 4])
 def test_hca_matches_golden(tp, seed, regime):
     g = graph(tp)
-    inputs = layers.layer_inputs(g, seed, regime)
+    inputs = runner.layer_inputs(g, seed, regime)
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(layers.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
     cfg = layers.graph_config(g)
     for rank, (inp, env) in enumerate(zip(per_rank(inputs), envs)):
         assert check_stages(cfg, inp, env) == [], f"rank {rank}"
@@ -167,9 +176,9 @@ def test_hca_matches_golden(tp, seed, regime):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_hca_seq8_matches_golden(seed):
     g = graph(1, seq=8)
-    inputs = layers.layer_inputs(g, seed, "default")
+    inputs = runner.layer_inputs(g, seed, "default")
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(layers.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
     assert check_stages(layers.graph_config(g), inputs, envs[0]) == []
 
 
@@ -179,7 +188,7 @@ def pooling_case(tp):
     g = graph(tp)
     for seed in range(20):
         for regime in ("short_cache", "long_cache", "default"):
-            inputs = layers.layer_inputs(g, seed, regime)
+            inputs = runner.layer_inputs(g, seed, regime)
             if any(np.any(d["cmp_slot_mapping"] >= 0) for d in per_rank(inputs)):
                 return g, inputs
     raise AssertionError("no input regime pools an HCA entry")
@@ -187,7 +196,7 @@ def pooling_case(tp):
 
 def breaks(tp, inputs_case, name, factor, bias, output):
     g, inputs = inputs_case
-    want = per_rank(layers.golden_outputs(g, inputs))
+    want = per_rank(runner.golden_outputs(g, inputs))
     changed = [dict(d) for d in per_rank(inputs)]
     for d in changed:
         d[name] = (np.asarray(d[name]).astype(np.float32) * factor + bias).astype(d[name].dtype)
@@ -209,7 +218,7 @@ def test_perturbing_the_compressor_breaks_the_match(tp):
 def test_the_compressed_stream_is_attended(tp):
     """long_cache: every token sees compressed rows; scaling the compressed pool moves x_out."""
     g = graph(tp)
-    inputs = layers.layer_inputs(g, 0, "long_cache")
+    inputs = runner.layer_inputs(g, 0, "long_cache")
     cfg = layers.graph_config(g)
     for d in per_rank(inputs):
         kv_len = d["kv_seq_len"][np.arange(cfg.tokens) // cfg.seq]

@@ -8,8 +8,8 @@ import pytest
 
 from dspark_ir.errors import ShapeError
 from dspark_ir.graph import Graph
-from dspark_ir.types import TensorType
 from dspark_ir.semantics import sparse as K
+from dspark_ir.types import TensorType
 
 from .helpers import bitwise
 

@@ -10,16 +10,15 @@ import pytest
 
 from dspark_ir.errors import ShapeError
 from dspark_ir.graph import Graph
+from dspark_ir.semantics import compressor as KC
+from dspark_ir.semantics import indexer as K
 from dspark_ir.types import TensorType
 from goldens import config as gc
 from goldens import inputs as gi
-from goldens.indexer import (bypass_topk, head_weights, index_query, index_scores, topk_indices,
-                             visible_lengths)
+from goldens.indexer import bypass_topk, head_weights, index_query, index_scores, topk_indices, visible_lengths
 from goldens.norm import rms_norm
 from goldens.numerics import q8, rope_half
 from goldens.paging import request_of_tokens
-from dspark_ir.semantics import compressor as KC
-from dspark_ir.semantics import indexer as K
 
 from .helpers import bitwise
 

@@ -15,12 +15,12 @@ from dspark_ir.interp import run
 from dspark_ir.layers import GraphBuilder
 from dspark_ir.layers import moe as moe_layer
 from dspark_ir.ops.signal import check_signals
+from dspark_ir.semantics import moe as km
 from goldens import hc as ghc
 from goldens import inputs as gi
 from goldens import moe as gm
 from goldens.compare import check, lsb_close, ratio_allclose, topk_pair_compare
 from goldens.config import TINY
-from dspark_ir.semantics import moe as km
 
 SEEDS = (0, 1, 2)
 

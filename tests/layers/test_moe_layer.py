@@ -1,6 +1,6 @@
 """The `moe` layer (before form of dspark-model.md §6(g)) against goldens.layers moe_layer / moe_layer_ep.
 
-Tolerance: x_out ratio_reldiff(diff 3e-3, pct 0.8 %, max 1) (dspark-model.md §7, layers/tolerances.py); the
+Tolerance: x_out ratio_reldiff(diff 3e-3, pct 0.8 %, max 1) (dspark-model.md §7, goldens/tolerances.py); the
 stage checks on one rank use dsv4-math §8's: indices equal, sh reldiff(2e-3, 1 %), ffn_out like x_out.
 """
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from dspark_ir import ConfigError, parse_graph, print_graph, verify
 from dspark_ir.interp import InterpError, run
 from dspark_ir.layers import build, graph_config
-from dspark_ir.layers.tolerances import compare
 from dspark_ir.ops.signal import check_signals, waits
+from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
 from goldens import layers as gl
 from goldens.compare import check
-from dspark_ir.semantics.dtypes import NP_DTYPES
+from goldens.tolerances import compare
 
 SEEDS = (0, 1, 2)
 HASH, SORT = 0, 1          # tiny: n_hash_layers = 1

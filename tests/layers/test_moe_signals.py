@@ -125,7 +125,8 @@ graph @barrier(%x: f32[2]) attributes {ranks = 4} {
 
 
 def test_single_rank_waits_have_no_peers():
-    g = graph(SOURCE.replace("ranks = 2", "ranks = 1").replace("{shape = [2, 1]} : i32[2,1]", "{shape = [1, 1]} : i32[1,1]"))
+    g = graph(SOURCE.replace("ranks = 2", "ranks = 1")
+              .replace("{shape = [2, 1]} : i32[2,1]", "{shape = [1, 1]} : i32[1,1]"))
     run(g, inputs(1)[0])
 
 

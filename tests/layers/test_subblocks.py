@@ -9,8 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import layers
 from dspark_ir.interp import run
+from dspark_ir.semantics import attention as ka
+from dspark_ir.semantics import collective as kc
+from dspark_ir.semantics import hc as khc
+from dspark_ir.semantics import oproj as ko
+from dspark_ir.semantics import qkv as kq
+from dspark_ir.semantics.matmul import matmul as k_matmul
 from goldens import attention as ga
 from goldens import compare as gcmp
 from goldens import hc as ghc
@@ -18,12 +25,6 @@ from goldens import o_proj as gop
 from goldens import qkv as gqkv
 from goldens.numerics import imatmul, matmul, rope_half
 from goldens.paging import write_rows
-from dspark_ir.semantics import attention as ka
-from dspark_ir.semantics import collective as kc
-from dspark_ir.semantics import hc as khc
-from dspark_ir.semantics import oproj as ko
-from dspark_ir.semantics import qkv as kq
-from dspark_ir.semantics.matmul import matmul as k_matmul
 
 from .helpers import bitwise, f32
 
@@ -107,7 +108,7 @@ def test_graph_stages_against_the_golden_trace(swa_case):
     """The interpreter's per-node values: bitwise up to the projections, then within the dsv4-math bounds."""
     cfg, inputs, trace, _ = swa_case
     g = layers.build("decode-swa", tp=1)
-    env = run(g, layers.layer_inputs(g, 0), keep=True)
+    env = run(g, runner.layer_inputs(g, 0), keep=True)
     assert bitwise(env["hc.mix_x"], trace["hc.x_mixed"])
     assert bitwise(env["hc.split_pre_post.post"], trace["hc.post"])
     assert bitwise(env["hc.comb_sinkhorn"], trace["hc.comb"])

@@ -7,10 +7,11 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import layers
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare, compare_layer
 from goldens.inputs import ATTENTION_REGIMES
+from goldens.tolerances import compare, compare_layer
 
 SEEDS = (0, 1, 2)
 
@@ -25,9 +26,9 @@ def per_rank(x):
 
 
 def check_layer(g, seed, regime):
-    inputs = layers.layer_inputs(g, seed, regime)
-    got = per_rank(layers.graph_outputs(g, run(g, inputs)))
-    want = per_rank(layers.golden_outputs(g, inputs))
+    inputs = runner.layer_inputs(g, seed, regime)
+    got = per_rank(runner.graph_outputs(g, run(g, inputs)))
+    want = per_rank(runner.golden_outputs(g, inputs))
     assert len(got) == len(want) == g.attributes["ranks"]
     assert all(set(res) == set(gold) == {"x_out", "kv_cache"} for res, gold in zip(got, want))
     for c in compare_layer(got, want, "decode-swa", g.symbols["S"]):
@@ -56,12 +57,12 @@ def test_tp4_graph_carries_the_collectives():
 
 def _perturbed_runs(tp, mutate):
     g = graph(tp)
-    inputs = layers.layer_inputs(g, 0, "default")
-    base = per_rank(layers.golden_outputs(g, inputs))
+    inputs = runner.layer_inputs(g, 0, "default")
+    base = per_rank(runner.golden_outputs(g, inputs))
     changed = [dict(d) for d in per_rank(inputs)]
     for d in changed:
         mutate(d)
-    res = per_rank(layers.graph_outputs(g, run(g, changed if tp > 1 else changed[0])))
+    res = per_rank(runner.graph_outputs(g, run(g, changed if tp > 1 else changed[0])))
     return base, res
 
 

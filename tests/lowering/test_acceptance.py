@@ -34,11 +34,11 @@ def test_optimized_layers_lint_clean_and_every_edge_deletion_flagged(layer, pipe
 
 @pytest.mark.parametrize("layer", LAYERS)
 def test_deterministic_split_k_is_bitwise_equal_over_20_seeds(layer):
-    from dspark_ir import layers
+    import runner
 
     g, tg = _lowered(layer, ALL_DETERMINISTIC)
     assert not [t.name for t in tg.tasks if is_atomic_split(t)]
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     ref = run_numpy(tg, inputs)
     for seed in SEEDS:
         assert same(run_shuffled(tg, inputs, seed), ref), f"seed {seed}"
@@ -56,11 +56,11 @@ def _with_accumulators(tg):
 def test_atomic_split_k_is_not_bitwise_stable():
     """Before deterministic-split-k, hc_pre_linear adds 4 fp32 splits in arrival order: the accumulator
     and the f32 residual output x_out change bits between seeds."""
-    from dspark_ir import layers
+    import runner
 
     g, tg = _lowered("decode-swa")
     tg = _with_accumulators(tg)
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     ref = run_numpy(tg, inputs)
     outs = [run_shuffled(tg, inputs, seed) for seed in SEEDS]
     assert sum(not np.array_equal(o["acc:hc.hc_pre_linear"], ref["acc:hc.hc_pre_linear"]) for o in outs) > 0
@@ -71,13 +71,13 @@ def test_remaining_qkv_atomics_differ_inside_but_round_away():
     """The default pipeline keeps qkv's atomic matmuls (deterministic qkv was reverted upstream): their f32
     accumulators change bits between seeds, but the bf16 rounding of q/kv absorbs it at these inputs, so the
     layer outputs are bitwise stable here (not guaranteed in general)."""
-    from dspark_ir import layers
+    import runner
 
     g, tg = _lowered("decode-swa", "default")
     atomics = [t.name for t in tg.tasks if is_atomic_split(t)]
     assert atomics == ["qkv.qr_proj_matmul", "qkv.kv_proj_matmul"]
     tg = _with_accumulators(tg)
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     ref = run_numpy(tg, inputs)
     outs = [run_shuffled(tg, inputs, seed) for seed in SEEDS]
     assert sum(not np.array_equal(o["acc:qkv.kv_proj_matmul"], ref["acc:qkv.kv_proj_matmul"]) for o in outs) > 0

@@ -53,10 +53,12 @@ def test_kernel_without_template_is_a_readable_stub(tmp_path):
 
 def test_one_rank_moe_lowers_its_collectives_to_their_one_rank_forms(tmp_path, capsys):
     """At EP1 `dspark lower` writes what the pypto executor runs: the one-rank forms of dispatch_meta,
-    dispatch_push and combine (kernels.moe.PYPTO_TEMPLATES_EP1), not stubs; at EP2 they stay cross-rank stubs.
+    dispatch_push and combine (their `@one_rank_template`s in kernels/moe.py), not stubs; at EP2 they stay cross-rank stubs.
     Only the two signal waits (no-ops at one rank) have no kernel."""
-    from kernels import moe
+    from kernels import registry
     from lowering.pypto_exec import task_source
+
+    one_rank = {op.name for op in registry.one_rank_templates()}
 
     out = tmp_path / "ep1"
     assert main(["lower", "moe", "--config", "tiny", "--tp", "1", "--ep", "1", "-o", str(out)]) == 0
@@ -70,11 +72,11 @@ def test_one_rank_moe_lowers_its_collectives_to_their_one_rank_forms(tmp_path, c
 
     tg = build_task_graph(layers.build("moe", config="tiny", tp=1, ep=1))
     for t in tg.kernels:
-        if t.op in moe.PYPTO_TEMPLATES_EP1:
+        if t.op in one_rank:
             assert "TEMPLATE_MISSING" not in task_source(t, tg) and f"def {t.kernel}(" in task_source(t, tg)
     tg2 = build_task_graph(layers.build("moe", config="tiny", tp=1, ep=2))
     emit(tg2, tmp_path / "ep2")
-    assert {t.op for t in tg2.kernels if not t.template} >= set(moe.PYPTO_TEMPLATES_EP1)
+    assert {t.op for t in tg2.kernels if not t.template} >= one_rank
     assert main(["lower", str(out / "tasks.json"), "--ep", "1", "-o", str(tmp_path / "x")]) == 2
     assert "--ep: applies to a layer name, not a file" in capsys.readouterr().err
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import interp
 from lowering import build_task_graph, random_topological_order, run_numpy, run_shuffled
 from lowering.splitk import is_atomic_split
@@ -17,7 +18,7 @@ def _layer(name, tp=1):
     from dspark_ir import layers
 
     g = layers.build(name, config="tiny", tp=tp)
-    return g, layers.layer_inputs(g, 0)
+    return g, runner.layer_inputs(g, 0)
 
 
 @pytest.mark.parametrize("name", GRAPH_NAMES)

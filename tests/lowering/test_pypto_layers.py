@@ -1,7 +1,7 @@
 """Whole layers through the pypto executor (every kernel with a pypto form in pypto 0.2.0 on CPU), compared
 with the independent golden: the four layers at the tiny config, TP1, each as built (no passes) and after the
 default pipeline. moe runs at EP1, where dispatch_meta, dispatch_push and combine have one-rank pypto forms
-(kernels.moe.PYPTO_TEMPLATES_EP1).
+(`@one_rank_template` in kernels/moe.py).
 
 At one rank only moe's signal waits stay off pypto (no peer: no-ops); every other kernel task runs in pypto.
 Every pypto task's pass-verify rows (tensor graph vs the numpy reference's outputs, and the default checked
@@ -36,12 +36,12 @@ def _params():
 
 @pytest.mark.parametrize("layer, pipeline", list(_params()))
 def test_layer_through_pypto_matches_golden(layer, pipeline):
+    import runner
     from dspark_ir import layers
-    from dspark_ir.layers.tolerances import compare_layer
 
     g = layers.build(layer, config="tiny", tp=1, **LAYERS[layer])
-    inputs = layers.layer_inputs(g, 0)
-    golden = layers.golden_outputs(g, inputs)
+    inputs = runner.layer_inputs(g, 0)
+    golden = runner.golden_outputs(g, inputs)
     if pipeline == "default":
         from passes import run_pipeline
 
@@ -49,8 +49,7 @@ def test_layer_through_pypto_matches_golden(layer, pipeline):
     tg = build_task_graph(g)
     assert tg.ranks == 1
     report = PyptoReport()
-    result = layers.graph_outputs(g, run_pypto(tg, inputs, report=report))
-    comparisons = compare_layer(result, golden, layer, int(g.symbols.get("S") or 1))
+    comparisons = runner.compare_outputs(g, run_pypto(tg, inputs, report=report), golden)
     assert all(c.ok for c in comparisons), [(c.name, c.detail) for c in comparisons if not c.ok]
     assert not report.failed
     kernels = [t for t in tg.tasks if not t.is_dummy]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import passes.defaults as defaults
+import passes.infra.defaults as defaults
 
 from . import planted  # noqa: F401  (registers the planted-* passes)
 

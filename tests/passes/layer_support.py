@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+import runner
 from dspark_cli.main import main
 from dspark_ir import Graph, layers, parse_file
 from dspark_ir.interp import run
-from dspark_ir.layers.tolerances import compare_layer
 from passes import OptResult, PassContext, run_pipeline
 
 SEEDS = (0, 1, 2)
@@ -28,12 +28,10 @@ def optimise(g: Graph, pipeline: str, seed: int = 0, numerics: bool = True) -> O
 
 def golden_mismatches(g: Graph, seed: int) -> list[str]:
     """Run `g` (a layer graph, possibly optimised) in the interpreter on the golden inputs of `seed` and list
-    the outputs outside their documented tolerance (layers/tolerances.py)."""
-    inputs = layers.layer_inputs(g, seed)
-    got, want = layers.graph_outputs(g, run(g, inputs)), layers.golden_outputs(g, inputs)
-    got, want = (got, want) if isinstance(got, list) else ([got], [want])
-    return [f"{c.name}: {c.detail}" for c in compare_layer(got, want, g.attributes["layer"], g.symbols["S"])
-            if not c.ok]
+    the outputs outside their documented tolerance (goldens/tolerances.py)."""
+    inputs = runner.layer_inputs(g, seed)
+    comparisons = runner.compare_outputs(g, run(g, inputs), runner.golden_outputs(g, inputs))
+    return [f"{c.name}: {c.detail}" for c in comparisons if not c.ok]
 
 
 def flash_opt(layer: str, tmp_path: Path, *flags: str) -> Graph:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from passes import BITWISE, Pass, RewriteRecord, bounded_reassoc, register_pass
-from passes.rewriting import replace_node, set_attrs
+from passes.infra.rewriting import replace_node, set_attrs
 
 
 @register_pass

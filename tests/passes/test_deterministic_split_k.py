@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import layers, parse_graph
 from dspark_ir.semantics import hc as khc
 from dspark_ir.semantics import matmul as kmm
@@ -124,7 +125,7 @@ def test_shuffled_execution_is_bitwise_stable_only_after_the_pass(layer, tp, pip
     """20 random task orders and split arrival orders (lowering's `shuffled` executor): the atomic form gives
     different bits for some seed; after the pass every seed gives the numpy executor's bits."""
     g = layers.build(layer, "tiny", tp=tp, **({"ep": 1} if layer == "moe" else {}))
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     ref, shuffled = _shuffled_bits(g, inputs)
     assert shuffled != {tuple(ref)}, "an atomic split-K with shuffled arrivals should change some bits"
     after = optimise(g, pipeline, numerics=False).graph

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from passes import PassContext, run_pipeline
-from passes.defaults import DEFAULT_PIPELINE
+from passes.infra.defaults import DEFAULT_PIPELINE
 
 from .layer_support import golden_mismatches, tiny
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dspark_ir import layers
+import runner
 from dspark_ir.interp import run
-from passes.contracts import BITWISE, check_outputs
+from passes.infra.contracts import BITWISE, check_outputs
 
 from .layer_support import SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses, tiny
 
@@ -44,7 +44,7 @@ def test_bitwise_on_tiny_hca_and_within_the_golden_tolerance(tp, seed):
 def test_bitwise_when_compressed_partials_are_neutral(regime, neutral):
     """Neutral work-item partials (l = 0: no visible compressed row) must stay neutral through the fused merge."""
     g = tiny("decode-hca", 1)
-    inputs = layers.layer_inputs(g, 0, regime)
+    inputs = runner.layer_inputs(g, 0, regime)
     before = run(g, inputs, keep=True)
     empty = np.asarray(before["hca.hca_cmp_qk_pv.l"]) == 0
     assert empty.all() if neutral == "all" else (empty.any() and not empty.all())

@@ -9,12 +9,13 @@ import networkx as nx
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import layers, parse_graph, verify
 from dspark_ir.interp import run
 from dspark_ir.ops.signal import check_signals, waits
 from lowering.simulate import simulate
 from passes import Skip, get_pass
-from passes.manager import node_keys
+from passes.infra.manager import node_keys
 from perf.model import model_graph
 
 from .layer_support import ATTENTION, SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses
@@ -181,7 +182,7 @@ def test_simulator_deadlocks_before_and_completes_after(ep):
 
 def test_simulated_values_of_the_after_form():
     g = optimise(moe(), PASS, numerics=False).graph
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     r = simulate(g, inputs, cube=1, vector=2, seed=0)
     assert r.ok, r.report()
     ref = run(g, inputs)                                      # the simulated schedule computes the same bits

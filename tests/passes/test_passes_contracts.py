@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from passes.contracts import BITWISE, approx, bounded_reassoc, check_outputs, exact_indices
+from passes.infra.contracts import BITWISE, approx, bounded_reassoc, check_outputs, exact_indices
 
 BF16 = ml_dtypes.bfloat16
 

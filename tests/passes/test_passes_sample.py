@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dspark_ir import DsparkError, layers, parse_graph
+from dspark_ir import DsparkError, parse_graph
 from dspark_ir.ops.core import Join
 from dspark_ir.sample import sample_inputs
 
@@ -54,14 +54,3 @@ def test_index_operands_bound_index_values(monkeypatch):
     monkeypatch.setattr(Join, "index_operands", {2: (0, 1)}, raising=False)  # %i indexes axis 1 of %x
     g = checked(G.replace("%x: bf16[T,8]", "%x: bf16[T,3]"))
     assert sample_inputs(g, 0)["i"].max() < 3
-
-
-def test_layer_graphs_delegate_to_layer_inputs(monkeypatch):
-    seen = []
-    monkeypatch.setattr(layers, "LAYER_NAMES", ("decode-swa",), raising=False)
-    monkeypatch.setattr(layers, "layer_inputs", lambda g, seed: seen.append((g.name, seed)) or {"x": 1},
-                        raising=False)
-    g = checked(G.replace(") {\n  %a.j", ') attributes {layer = "decode-swa"} {\n  %a.j'))
-    assert sample_inputs(g, 7) == {"x": 1} and seen == [("s", 7)]
-    other = checked(G.replace(") {\n  %a.j", ') attributes {layer = "example"} {\n  %a.j'))
-    assert isinstance(sample_inputs(other, 7)["x"], np.ndarray)             # not a registered layer

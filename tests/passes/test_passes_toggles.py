@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import passes.defaults as defaults
+import passes.infra.defaults as defaults
 from dspark_cli.main import main
 from passes import PassContext, PipelineError, run_pipeline
-from passes.defaults import Entry
+from passes.infra.defaults import Entry
 
 from .support import mini
 

@@ -7,6 +7,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+import runner
 from dspark_ir import layers, parse_graph
 from dspark_ir.interp import run
 from dspark_ir.semantics.attention import swa_cache_writeback
@@ -52,7 +53,7 @@ def test_ragged_t100_commits_every_slot(seed):
     assert not golden_mismatches(opt, seed)
     # Execute the writeback block by block as the attributes say (rows [b·tile, min((b+1)·tile, T))) with the
     # reference, and check the result is the whole scatter: the clamped tail block commits rows 96..99.
-    inputs = layers.layer_inputs(opt, seed)
+    inputs = runner.layer_inputs(opt, seed)
     values = run(opt, inputs, keep=True)
     kv, slots, out = values["qkv.kv_rms_norm_rope"], inputs["swa_slot_mapping"], values[WRITEBACK]
     wb = opt.nodes[WRITEBACK]
@@ -101,11 +102,13 @@ def test_flash_hca_csa_keep_their_writeback(layer, tmp_path):
 
 
 def test_option_and_refusals():
-    text = """
-graph @sym<T>(%kv: bf16[T,64], %kv_cache: bf16[64,64] inout, %slot: i32[T], %lens: i32[T]) {
-  %s.fused, %s.fused.bias = swa_cache_insert_valid_bias(%kv, %kv_cache, %slot, %lens) {window = 16, tile = [8]} : bf16[64,64], f32[T,16]
+    fused = ("%s.fused, %s.fused.bias = swa_cache_insert_valid_bias(%kv, %kv_cache, %slot, %lens) "
+             "{window = 16, tile = [8]} : bf16[64,64], f32[T,16]")
+    text = f"""
+graph @sym<T>(%kv: bf16[T,64], %kv_cache: bf16[64,64] inout, %slot: i32[T], %lens: i32[T]) {{
+  {fused}
   return %s.fused.bias, %s.fused
-}"""
+}}"""
     ctx = PassContext(use_env=False, check_numerics=False)
     result = run_pipeline(parse_graph(text), "split-writeback-bias", ctx=ctx)
     assert not result.changed and "not bound" in skips(result, "split-writeback-bias")["s.fused"]

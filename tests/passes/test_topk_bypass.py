@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import runner
 from dspark_cli.main import main
 from dspark_ir import interp, layers
-from dspark_ir.layers.tolerances import compare_layer
 from dspark_ir.semantics.indexer import idx_topk_bounded, visible_lengths
 from dspark_ir.semantics.topk_bypass import idx_topk_select
 from passes import PassContext, run_pipeline
-from passes.contracts import check_outputs
-from passes.rewriting import set_attrs
+from passes.infra.contracts import check_outputs
+from passes.infra.rewriting import set_attrs
 from passes.topk_bypass import TopkBypass
 
 LAYER = "decode-csa"
@@ -47,10 +47,10 @@ def per_rank(x):
 def regime_inputs(monkeypatch):
     """Make --check-numerics feed layer graphs the inputs of one regime. The numerics instrument always asks for
     the "default" regime, which mixes long-cache requests into a graph whose max_context promises short ones."""
-    real = layers.layer_inputs
+    real = runner.layer_inputs
 
     def use(regime: str) -> None:
-        monkeypatch.setattr(layers, "layer_inputs", lambda g, seed, _regime="default": real(g, seed, regime))
+        monkeypatch.setattr(runner, "layer_inputs", lambda g, seed, _regime="default": real(g, seed, regime))
     return use
 
 
@@ -83,16 +83,15 @@ def assert_index_contract(before, after, inputs) -> None:
         for name in PLAN_ORDER_FREE:
             np.testing.assert_array_equal(ea[name], eb[name], err_msg=f"{where}: {name}")
         np.testing.assert_array_equal(np.sort(ea[PLAN], axis=1), np.sort(eb[PLAN], axis=1), err_msg=where)
-        outs_b = layers.graph_outputs(before, {v.name: eb[v.name] for v in before.returns})
-        outs_a = layers.graph_outputs(after, {v.name: ea[v.name] for v in after.returns})
+        outs_b = runner.graph_outputs(before, {v.name: eb[v.name] for v in before.returns})
+        outs_a = runner.graph_outputs(after, {v.name: ea[v.name] for v in after.returns})
         for name in CACHES:
             np.testing.assert_array_equal(np.asarray(outs_a[name]), np.asarray(outs_b[name]), err_msg=name)
 
 
 def assert_matches_golden(g, inputs) -> None:
-    got = layers.graph_outputs(g, interp.run(g, inputs))
-    bad = [f"{c.name}: {c.detail}" for c in compare_layer(got, layers.golden_outputs(g, inputs), LAYER,
-                                                          seq=g.symbols["S"]) if not c.ok]
+    comparisons = runner.compare_outputs(g, interp.run(g, inputs), runner.golden_outputs(g, inputs))
+    bad = [f"{c.name}: {c.detail}" for c in comparisons if not c.ok]
     assert not bad, "; ".join(bad)
 
 
@@ -109,7 +108,7 @@ def test_static_bypass_is_exact(regime_inputs, regime, seed):
     result, h = optimise(g, "topk-bypass", seed)
     assert rules(result) == ["static"] and "idx.topk" not in h.nodes
     assert h.nodes["idx.topk.bounded"].op == "idx_topk_bounded"
-    inputs = layers.layer_inputs(g, seed, regime)
+    inputs = runner.layer_inputs(g, seed, regime)
     if regime == "topk_boundary":  # the boundary visible == k is bypassed (and exercised)
         vis = [visible_lengths(i["positions"], i["kv_seq_len"], ratio=4, seq=4, score_len=128)
                for i in per_rank(inputs)]
@@ -127,7 +126,7 @@ def test_guarded_bypass_is_exact(regime_inputs, regime, seed):
     result, h = optimise(g, "topk-bypass", seed)
     assert rules(result) == ["guarded"]
     assert h.nodes["idx.topk.select"].operands[0] is h.nodes["idx.topk"].result
-    inputs = layers.layer_inputs(g, seed, regime)
+    inputs = runner.layer_inputs(g, seed, regime)
     assert_index_contract(g, h, inputs)
     assert_matches_golden(h, inputs)
     if regime == "long_cache":  # every token falls back to the top-k: the whole layer is bitwise
@@ -144,7 +143,7 @@ def test_static_mode_does_not_fire_on_long_cache(regime_inputs, seed):
     assert not result.changed and h.structurally_equal(g)
     (skip,) = result.runs[0].skips
     assert skip.at == "idx.topk" and "max_visible = 64" in skip.reason and "mode=guarded" in skip.reason
-    assert_matches_golden(h, layers.layer_inputs(g, seed, "long_cache"))
+    assert_matches_golden(h, runner.layer_inputs(g, seed, "long_cache"))
 
 
 def test_a_wrong_bound_breaks_the_contract():
@@ -153,7 +152,7 @@ def test_a_wrong_bound_breaks_the_contract():
     g = layers.build(LAYER, max_context=BYPASS_CONTEXT)
     h = run_pipeline(g, "topk-bypass", ctx=quiet(check_numerics=False)).graph
     set_attrs(h, h.nodes["idx.topk.bounded"], k=K - 1)
-    inputs = layers.layer_inputs(g, 0, "topk_boundary")
+    inputs = runner.layer_inputs(g, 0, "topk_boundary")
     with pytest.raises(AssertionError):
         assert_index_contract(g, h, inputs)
     before, after = per_rank(interp.run(g, inputs)), per_rank(interp.run(h, inputs))
@@ -178,7 +177,7 @@ def test_default_pipeline_drops_the_dead_indexer_and_keeps_the_cache_writes(regi
     kept = {"icmp.kv_score_proj", "icmp.scatter_softmax_pool", "icmp.rmsnorm_rope", "icmp.kv_hadamard",
             "icmp.kv_and_cache_write", "idx.topk.bounded"}
     assert kept <= set(h.nodes)
-    assert_matches_golden(h, layers.layer_inputs(g, 0, "short_cache"))
+    assert_matches_golden(h, runner.layer_inputs(g, 0, "short_cache"))
 
 
 # ---- where it must not fire -----------------------------------------------------------------------------
@@ -221,7 +220,7 @@ def test_flash_tp4_static_when_the_context_fits():
 
 # ---- options and the select op's reference -----------------------------------------------------------------
 def test_mode_option_round_trips():
-    from passes.pipeline import parse_pipeline
+    from passes.infra.pipeline import parse_pipeline
 
     assert str(parse_pipeline("topk-bypass{mode=static}")) == "topk-bypass{mode=static}"
     assert str(parse_pipeline("topk-bypass{mode=guarded}")) == "topk-bypass"

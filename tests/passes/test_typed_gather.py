@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dspark_ir import layers
+import runner
 from dspark_ir.interp import run
 from lowering import build_task_graph, lint
 from lowering.simulate import simulate
@@ -57,7 +57,7 @@ def test_tp4_window_has_pad_rows_the_consumers_skip():
     env = after.env
     assert after.nodes[A2A].result.type.concrete_shape(env) == (1, 64, 128)
     assert after.nodes[ROWS].result.type.concrete_shape(env) == (1, 32, 128)
-    inputs = layers.layer_inputs(before, 0)
+    inputs = runner.layer_inputs(before, 0)
     window = run(before, inputs, keep=True)
     assert all(not np.any(np.asarray(w[A2A], np.float32)[:, 32:]) for w in window)     # the pad rows are zero
     assert all(np.array_equal(w[A2A][:, :32], w[COPY]) for w in window)
@@ -67,7 +67,7 @@ def test_tp4_window_has_pad_rows_the_consumers_skip():
 def test_optimised_tp4_lowers_and_simulates_on_one_core_group(layer):
     g = optimise(tiny(layer, 4), "typed-gather", numerics=False).graph
     assert lint(build_task_graph(g)).ok
-    inputs = layers.layer_inputs(g, 0)
+    inputs = runner.layer_inputs(g, 0)
     want = run(g, inputs)
     for seed in range(3):
         sim = simulate(g, inputs, seed=seed, cube=1, vector=2)

@@ -97,7 +97,7 @@ def test_fast_parse_builds_what_the_grammar_builds():
 
 def test_snapshot_graph_is_the_clone():
     from dspark_ir import print_graph
-    from passes.snapshot import Snapshot
+    from passes.infra.snapshot import Snapshot
 
     g, _ = _compiled("tiny")
     snapshot = Snapshot.of(g)

@@ -22,6 +22,19 @@ def test_kernel_source_renames_the_entry(tg):
     assert src.startswith("import pypto") and "\ndef kernel(" in src and f"def {t.kernel}(" not in src
 
 
+def test_kernel_source_is_the_generator_s_kernel_named_kernel(tg):
+    """The hashed text: the prelude and the task's function as lowering.codegen.generate writes it under the name
+    `kernel`, with the task graph's resolved template or a fresh look-up alike."""
+    from kernels.pto import module_prelude
+    from lowering.codegen import generate, template_of
+
+    for t in tg.kernels:
+        if t.collective or template_of(t, tg) is None:
+            continue
+        src = kernel_source(t, tg)
+        assert src == kernel_source(t) == module_prelude() + "\n\n" + generate(t, template_of(t, tg), name="kernel")
+
+
 def test_same_body_same_key_changed_body_new_key(tg):
     import dataclasses
 

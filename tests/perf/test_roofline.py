@@ -1,4 +1,4 @@
-"""Roofline arithmetic (perf/roofline.py) and the 910B2 constants (perf/hardware.py)."""
+"""Roofline arithmetic (perf/roofline.py) and the 910B2 constants (dspark_ir/hardware.py)."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 
 from dspark_ir import layers
+from dspark_ir.hardware import HARDWARE
 from lowering import build_task_graph
-from perf.hardware import HARDWARE
 from perf.roofline import Work, blocked_bound, bound, chip_bound, task_work
 
 
@@ -75,3 +75,38 @@ def test_a_window_release_moves_no_data():
     release = task_work(build_task_graph(g).task("o.o_group_a2a.release"))
     assert release.bytes == 0 and release.remote == 0
     assert chip_bound(release).limit == "none"
+
+
+def test_every_kernel_op_has_a_roofline_rule():
+    """Every op kind that lowers to a kernel task has a `ROOFLINE` entry keyed by its op class (`DEFAULTS` when
+    the default counting is right); a new or renamed op fails here with its name."""
+    from dspark_ir.ops import OP_REGISTRY, load_all
+    from lowering.build import lowers_to_kernel
+    from perf.roofline import ROOFLINE
+
+    load_all()
+    missing = sorted(name for name, op in OP_REGISTRY.items() if lowers_to_kernel(op) and op not in ROOFLINE)
+    assert not missing, f"op kinds without a roofline rule (perf/roofline.py ROOFLINE): {', '.join(missing)}"
+    stray = sorted(op.name for op in ROOFLINE if OP_REGISTRY.get(op.name) is not op or not lowers_to_kernel(op))
+    assert not stray, f"roofline rules of op kinds that never lower to a kernel task: {', '.join(stray)}"
+
+
+def test_an_op_without_a_roofline_rule_is_named():
+    from perf.roofline import rule_of
+
+    g = layers.build("decode-swa", config="flash", tp=4)
+    task = build_task_graph(g).task("swa.swa_gather_kv")
+    assert rule_of(task.op).touched is not None
+    with pytest.raises(LookupError, match="op 'slice' has no roofline rule"):
+        rule_of("slice")
+
+
+@pytest.mark.parametrize("config,tp", [("tiny", 1), ("tiny", 2), ("flash", 4)])
+def test_every_moe_task_has_a_roofline(config, tp):
+    """The routed-expert rule once indexed the second axis of its 1-D recv_count (IndexError on every moe layer)."""
+    from dspark_ir import layers
+    from lowering.build import build_task_graph
+    from perf.roofline import task_work
+
+    tg = build_task_graph(layers.build("moe", config=config, tp=tp))
+    assert all(task_work(t) is not None for t in tg.tasks)

@@ -2,10 +2,11 @@
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dspark_ir.fuzzing import check_one, mutate, run_fuzz
 from dspark_ir import print_graph
+from dspark_ir.fuzzing import check_one, mutate, run_fuzz
 
 from ..ir.strategies import graphs
 

@@ -13,10 +13,10 @@ from dspark_cli.main import main
 from dspark_ir import parse_file, parse_graph, print_graph, verify
 from dspark_ir.errors import ConfigError, DsparkError
 from dspark_ir.interp import run
-from dspark_ir.layers import build, golden_outputs, graph_outputs, layer_inputs
-from dspark_ir.layers.tolerances import compare_layer
+from dspark_ir.layers import build
 from goldens.config import config_by_name
 from lowering import LoweringError, build_task_graph, lint, run_numpy
+from runner import compare_outputs, golden_outputs, layer_inputs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rmsnorm_matmul_rope.dsir"
 HUGE_T = 2 ** 40
@@ -60,7 +60,7 @@ EDGE_CASES = {
 def test_edge_inputs_give_the_golden_output(case):
     layer, regime, params = EDGE_CASES[case]
     g, inputs, out = through_pipeline(layer, regime, **params)
-    comparisons = compare_layer(graph_outputs(g, out), golden_outputs(g, inputs), layer, int(g.symbols["S"]))
+    comparisons = compare_outputs(g, out, golden_outputs(g, inputs))
     assert comparisons and all(c.ok for c in comparisons), [c.detail for c in comparisons if not c.ok]
     want = run(g, inputs)
     for got, exp in zip(out if isinstance(out, list) else [out], want if isinstance(want, list) else [want]):

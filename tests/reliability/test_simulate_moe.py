@@ -14,9 +14,9 @@ from dspark_cli.commands.simulate import layer_inputs
 from dspark_ir import verify
 from dspark_ir.interp import run
 from dspark_ir.layers import build
+from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
 from goldens.config import config_by_name
-from dspark_ir.semantics.dtypes import NP_DTYPES
 from lowering.simulate import simulate
 
 HANDSHAKE_PASS = "moe-handshake-deps"

@@ -11,9 +11,10 @@ import pytest
 
 from dspark_ir import parse_file, parse_graph, print_graph, verify
 from dspark_ir.interp import run
-from dspark_ir.layers import build, layer_inputs
+from dspark_ir.layers import build
 from dspark_ir.semantics import collective
 from lowering.simulate import simulate
+from runner import layer_inputs
 
 EXCHANGE = Path(__file__).parent / "graphs" / "tp_o_exchange.dsir"
 ONE_GROUP = dict(cube=1, vector=2)

@@ -8,7 +8,7 @@ the grouped O projection, the reduce-scatter order, hc_post) follows the golden'
 (tests/layers/test_subblocks.py checks that stage by stage). `BITWISE_STAGES` lists those.
 
 The bounds themselves are the ones dsv4-math.md and dspark-model.md §7 give; the comparators are
-goldens.compare's (ratio_allclose tolerates ≤ 0.5 % bad points; ratio_reldiff is |a−e|/max(|e|,1)). Outputs are
+compare.py's (ratio_allclose tolerates ≤ 0.5 % bad points; ratio_reldiff is |a−e|/max(|e|,1)). Outputs are
 compared as whole layer outputs: at TP > 1 the ranks' tensors are concatenated along the token axis first.
 
 x_out and the token-row allowance ("reldiff_rows"): the §7 bound (reldiff 3e-3 on ≤ 0.8 % of points) was set at
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .compare import Verdict, lsb_close, ratio_allclose, ratio_reldiff
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def tolerance_for(name: str, layer: str = "") -> Tolerance:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One output's comparison. max_rel = max |a − e| / max(|e|, 1) (goldens.compare's reldiff: near-zero points
+    """One output's comparison. max_rel = max |a − e| / max(|e|, 1) (compare.py's reldiff: near-zero points
     count absolutely)."""
     name: str
     max_abs: float
@@ -86,8 +88,6 @@ class Comparison:
 
 def compare(name: str, actual: Any, expected: Any, layer: str = "", seq: int = 1) -> Comparison:
     """Compare one output with its golden under the documented tolerance (`seq` = S, for the row allowance)."""
-    from goldens import compare as gc
-
     tol = tolerance_for(name, layer)
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
@@ -98,21 +98,19 @@ def compare(name: str, actual: Any, expected: Any, layer: str = "", seq: int = 1
     max_rel = float((diff / np.maximum(np.abs(e64), 1.0)).max(initial=0.0))
     bitwise = bool(np.array_equal(a64, e64))
     if tol.kind == "exact":
-        verdict = gc.Verdict(bitwise, "bitwise" if bitwise else "not bitwise")
+        verdict = Verdict(bitwise, "bitwise" if bitwise else "not bitwise")
     elif tol.kind == "reldiff_rows":
         verdict = reldiff_rows(a, e, seq=seq, **tol.params)
     else:
-        fn = {"allclose": gc.ratio_allclose, "reldiff": gc.ratio_reldiff, "lsb": gc.lsb_close}[tol.kind]
+        fn = {"allclose": ratio_allclose, "reldiff": ratio_reldiff, "lsb": lsb_close}[tol.kind]
         verdict = fn(a, e, **tol.params)
     return Comparison(name, max_abs, max_rel, bitwise, bool(verdict), verdict.message, tol)
 
 
 def reldiff_rows(actual, expected, diff: float, pct: float, row_max: float, seq: int = 1):
-    """goldens.compare.ratio_reldiff(diff, pct), or else: every point with reldiff > diff lies in at most
+    """compare.ratio_reldiff(diff, pct), or else: every point with reldiff > diff lies in at most
     max(2·seq, ⌊pct·rows⌋) rows (axis 0) and none exceeds `row_max` (see the module docstring)."""
-    from goldens import compare as gc
-
-    base = gc.ratio_reldiff(actual, expected, diff=diff, pct=pct)
+    base = ratio_reldiff(actual, expected, diff=diff, pct=pct)
     if base:
         return base
     a, e = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
@@ -121,7 +119,7 @@ def reldiff_rows(actual, expected, diff: float, pct: float, row_max: float, seq:
     allowed = max(2 * seq, int(pct * a.shape[0]))
     worst = float(rel.max(initial=0.0))
     ok = len(bad_rows) <= allowed and worst <= row_max
-    return gc.Verdict(ok, f"{base.message}; outside it: {len(bad_rows)} token row(s) (allowed {allowed}), "
+    return Verdict(ok, f"{base.message}; outside it: {len(bad_rows)} token row(s) (allowed {allowed}), "
                           f"max reldiff {worst:.3g} (allowed {row_max:g})")
 
 

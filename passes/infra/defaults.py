@@ -2,7 +2,8 @@
 
 To add a pass: write `passes/<snake_name>.py` (it registers `<kebab-name>`) and add one Entry below, in
 the marked section. `enabled=False` keeps an entry in place but off until `--enable NAME` (or
-`PassContext(enabled=[NAME])`) turns it on. `spec` is pipeline text, so options go there: "x{ways=4}".
+`PassContext(enabled=[NAME])`) turns it on. `spec` is pipeline text, so options go there: "x{ways=4}"; the
+values a pass takes by default (its policy, passes/infra/policy.py) are not repeated here.
 `dspark opt --print-pipeline` prints this table (with toggles applied).
 """
 from __future__ import annotations
@@ -25,6 +26,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "after canonicalize: duplicates only compare equal once their operands are canonical; merging "
           "them before the DSpark passes lets each rewrite fire once per distinct value"),
     # ---- DSpark optimisation passes: one Entry per pass, in pipeline order -------------------------
+    Entry("retiled-cse",
+          "first DSpark pass, after cse whose exact duplicates it extends to tiling-only differences: it removes "
+          "the second RoPE table task of each attention layer before any pass looks at tiles (widen-tile then "
+          "widens the one kept with kv_rms_norm_rope, as before). Off by default: the default pipeline and "
+          "generated sources stay those of the seed's task list",
+          enabled=False),
     Entry("topk-bypass",
           "first DSpark pass: it removes work (the static form leaves idx.score, the indexer q side and the "
           "head weights dead for dce) that the re-tiling/fusion passes below would otherwise rewrite, and it "
@@ -48,24 +55,24 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "sizes; before deterministic-split-k, whose reduce task takes its row tile from the split-K task's "
           "final tile. The cost model shows the seed's 16-row tiles re-streaming qr_proj's weight 8x "
           "(perf: qr_proj_matmul 138 -> 42 us, qproj_matmul 90 -> 60 us)"),
-    Entry("pool-fanout{requests=2}",
+    Entry("pool-fanout",
           "with the other re-gridding passes, after tile-choice: it turns the compressor pool's one `pl.at` "
-          "block into an SPMD grid over request pairs (attributes only, edges unchanged), which no earlier pass "
-          "looks at; it must see the one-block form the layer builds"),
-    Entry("quant-workers{workers=24}",
-          "next to pool-fanout, for the same reason: the TP O path's one-block tp_o_a_quant tasks become 24 "
-          "cyclic workers over 8-row tiles (attributes only); before typed-gather, which rewires the O path's "
-          "exchange but never the quant tasks"),
-    Entry("dequant-workers{workers=48}",
+          "block into an SPMD grid over request pairs (policy.POOL_REQUESTS; attributes only, edges "
+          "unchanged), which no earlier pass looks at; it must see the one-block form the layer builds"),
+    Entry("quant-workers",
+          "next to pool-fanout, for the same reason: the TP O path's one-block tp_o_a_quant tasks become "
+          "cyclic workers over row tiles (policy.QUANT_WORKERS, QUANT_ROWS; attributes only); before "
+          "typed-gather, which rewires the O path's exchange but never the quant tasks"),
+    Entry("dequant-workers",
           "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
-          "to 48 cyclic workers (attributes only); after tile-choice and before typed-gather, neither of which "
-          "looks at it"),
+          "to one cyclic worker per vector core (policy.DEQUANT_WORKERS; attributes only); after tile-choice "
+          "and before typed-gather, neither of which looks at it"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
           "task's final tile; default targets=hc as in the seed PR (deterministic qkv was reverted for its "
           "prefill cost); dce is not needed for the zero seed, the pass removes it"),
-    Entry("fuse-merge-rope-pack{workers=48}",
+    Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "
           "stream heads read only by the pack, and it runs before typed-gather so the O-path exchange already "

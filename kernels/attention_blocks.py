@@ -1,7 +1,7 @@
 """pypto 0.2.0 building blocks shared by the attention templates (kernels/attention.py for SWA, kernels/sparse.py
 for CSA and HCA): the key-major tile partial of one token's key tile with 2-D cube matmuls and the window
-partials built on it (`_PtoWindowAttn`), and the head-group merge, sink normalisation, inverse RoPE and
-group-major pack (`_PtoGroupMerge`). The numerics they emit are those of kernels/sparse.py's module docstring
+partials built on it (`PtoWindowAttn`), and the head-group merge, sink normalisation, inverse RoPE and
+group-major pack (`PtoGroupMerge`). The numerics they emit are those of kernels/sparse.py's module docstring
 (dsv4-math §6.2); the cost reasoning is in the class docstrings and in kernels/sparse.py's template section.
 """
 from __future__ import annotations
@@ -9,24 +9,26 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from ._pypto import Src, cast_expr
-from .qkv import _pto_divisor, _pto_namer, _pto_pairwise_tree, _pto_scope, _pto_set_tile, _pto_swap_index
+from dspark_ir.hardware import HARDWARE
 
-_PTO_NEG = -1.0e20   # NEG_INF_ATTN
-_PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
+from .pto import Src, cast_expr
+from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_swap_index
+
+PTO_NEG_ATTN = -1.0e20   # NEG_INF_ATTN
+PTO_TILE_ELEMS = 8192   # 32 KiB of f32 per operand tile
 _PTO_QK_ROWS = 4         # tokens per loop iteration of the window partials (SWA, HCA raw window): two pairs
-_PTO_CSA_QK_ROWS = 4     # tokens per loop iteration of the CSA partials
+PTO_CSA_QK_ROWS = 4     # tokens per loop iteration of the CSA partials
 
 
-def _pto_head_tile(rows: int, heads: int, width: int, elems: int = _PTO_TILE_ELEMS) -> list[int]:
+def pto_head_tile(rows: int, heads: int, width: int, elems: int = PTO_TILE_ELEMS) -> list[int]:
     """[rows, a divisor of heads, width]: the whole block's rows, as many heads as `elems` allows."""
-    return [rows, _pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
+    return [rows, pto_divisor(heads, max(1, elems // max(1, rows * width))), width]
 
 
-_PTO_L1_BYTES = 384 * 1024  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
+_PTO_L1_BYTES = HARDWARE.l1_bytes * 3 // 4  # the L1 share of one cube tile's A and B slices (L1 is 512 KiB)
 
 
-def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128) -> str:
+def pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128) -> str:
     """bf16 cube tiles for an [m, k]·[k, n] product: m ≤ 128, n up to 512 (a whole output row of ≤ 128 KiB in one
     L0C tile), k as deep as L0A / L0B (64 KiB each) allow. pypto makes one task per output tile (whatever the k
     steps), so wide tiles mean few tasks. `deep`: the L1 k tile as many L0 k steps as the A and B slices fit in
@@ -47,42 +49,42 @@ def _pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128
     return f"[{tm}, {tm}], [{tk}, {tk1}], [{tn}, {tn}]"
 
 
-def _pto_key_tile(heads: int, width: int) -> list[int]:
+def pto_key_tile(heads: int, width: int) -> list[int]:
     """The [width, H] tile of the key-major softmax: every key row (its reductions run over them), as many heads
-    as _PTO_TILE_ELEMS allows (a 32-byte last dim at least)."""
-    cols = heads if width * heads <= _PTO_TILE_ELEMS else _pto_divisor(heads, max(8, _PTO_TILE_ELEMS // width))
+    as PTO_TILE_ELEMS allows (a 32-byte last dim at least)."""
+    cols = heads if width * heads <= PTO_TILE_ELEMS else pto_divisor(heads, max(8, PTO_TILE_ELEMS // width))
     return [width, max(cols, 8)]
 
 
-def _pto_row_to_col(src: Src, row: str, n: int, col: str) -> None:
+def pto_row_to_col(src: Src, row: str, n: int, col: str) -> None:
     """`col` [n, 1] = the f32 [1, n] row `row` as a column: broadcast to [8, n], transposed, its first column
     (inside the UB: a view of a row block, unlike a reshape of [1, n] to [n, 1])."""
-    _pto_set_tile(src, [8, max(n, 8)])
+    pto_set_tile(src, [8, max(n, 8)])
     src(f"{col}8 = pypto.transpose(pypto.expand_clone({row}, [8, {n}]), 0, 1)")
-    _pto_set_tile(src, [n, 8])
+    pto_set_tile(src, [n, 8])
     src(f"{col} = pypto.view({col}8, [{n}, 1], [0, 0])")
 
 
-def _pto_key_softmax(src: Src, st: str, heads: int, width: int, scale: float, tile, pb: str) -> None:
+def pto_key_softmax(src: Src, st: str, heads: int, width: int, scale: float, tile, pb: str) -> None:
     """The key-major softmax of one token's key tile: (mr [1, H], lr [1, H], `pb` bf16 [width, H]) from the scores
     `st` = K·qᵀ [width, H] (f32), valid where vc [width, 1] ≥ 0: ·scale → −1e20 where not valid, m = the max over
     the key rows, p = exp(s − m) (0 where not valid), l = numpy's pairwise Σp over the key rows (adds of aligned
     row views: nothing goes through global memory), bf16(p) for the P·V matmul. m and l come out as [1, H]
     rows, the layout of the m, l outputs."""
-    _pto_set_tile(src, tile)
+    pto_set_tile(src, tile)
     src(f"ok = pypto.ge(pypto.expand_clone(vc, [{width}, {heads}]), 0.0)")
-    src(f"st = pypto.where(ok, pypto.mul({st}, {scale!r}), {_PTO_NEG!r})")
+    src(f"st = pypto.where(ok, pypto.mul({st}, {scale!r}), {PTO_NEG_ATTN!r})")
     src("mr = pypto.amax(st, 0, keepdim=True)")
     src("pt = pypto.where(ok, pypto.exp(pypto.sub(st, mr)), 0.0)")
-    _pto_set_tile(src, [8, tile[1]])
-    rows = _pto_pairwise_tree(src, _pto_namer("ps"), lambda t, off, k: f"pypto.view({t}, [{k}, {heads}], [{off}, 0])",
+    pto_set_tile(src, [8, tile[1]])
+    rows = pto_pairwise_tree(src, pto_namer("ps"), lambda t, off, k: f"pypto.view({t}, [{k}, {heads}], [{off}, 0])",
                               "pt", 0, width)
     src(f"lr = {rows}")
-    _pto_set_tile(src, tile)
+    pto_set_tile(src, tile)
     src(f"{pb} = pypto.cast(pt, pypto.DT_BF16, pypto.CastMode.CAST_RINT)")
 
 
-class _PtoWindowAttn:
+class PtoWindowAttn:
     """The per-token attention partials (m, l [T, H], o [T, H, HD]) of q [T, H, HD] over each token's own key rows
     rows [T, W, HD] (SWA qk_pv, the HCA raw window), in k_tile-wide tiles merged in order, as 2-D cube matmuls
     on in-place 2-D reshapes of q and rows (a view reshaped to another rank is a copy through global memory),
@@ -109,8 +111,8 @@ class _PtoWindowAttn:
         self.tiles = list(range(0, self.window, k_tile))
         w, h = self.window, self.heads
         self.pair = len(self.tiles) == 1 and h % 8 == 0 and 2 * w <= 256 and 4 * w * h * 4 <= 128 * 1024
-        self.tile = _pto_key_tile(h, k_tile)
-        self.o_tile = _pto_head_tile(1, h, self.hd, 2 * _PTO_TILE_ELEMS)[1:]
+        self.tile = pto_key_tile(h, k_tile)
+        self.o_tile = pto_head_tile(1, h, self.hd, 2 * PTO_TILE_ELEMS)[1:]
         self.scope = 0
 
     def emit(self) -> None:
@@ -137,26 +139,26 @@ class _PtoWindowAttn:
     def _validity(self, tok: str, a: int, rows: int) -> None:
         """vr [rows, k_tile] = the validity rows of tokens tok … tok + rows − 1 (one op: a pair's two softmax
         chains share it, which makes them one task)."""
-        _pto_set_tile(self.src, [rows, max(self.k_tile, 8)])
+        pto_set_tile(self.src, [rows, max(self.k_tile, 8)])
         self.valid_row(tok, a, self.k_tile, rows)
 
     def _softmax(self, row: int, st: str, pb: str) -> None:
-        """The softmax of row `row` of vr: its validity column vc, then `_pto_key_softmax`."""
+        """The softmax of row `row` of vr: its validity column vc, then `pto_key_softmax`."""
         src, n = self.src, self.k_tile
-        _pto_set_tile(src, [1, max(n, 8)])
+        pto_set_tile(src, [1, max(n, 8)])
         src(f"vr1 = pypto.view(vr, [1, {n}], [{row}, 0])")
-        _pto_row_to_col(src, "vr1", n, "vc")
-        _pto_key_softmax(src, st, self.heads, n, self.scale, self.tile, pb)
+        pto_row_to_col(src, "vr1", n, "vc")
+        pto_key_softmax(src, st, self.heads, n, self.scale, self.tile, pb)
 
     def _store_ml(self, tok: str, m: str, l: str) -> None:
-        _pto_set_tile(self.src, [1, max(self.heads, 8)])
+        pto_set_tile(self.src, [1, max(self.heads, 8)])
         for name, t in ((m, self.m_out), (l, self.l_out)):
             self.src(f"pypto.assemble({name}, [{tok}, 0], {t.name})")
 
     def _pv(self, tok: str, a: int, pb: str) -> None:
         """oi [H, HD] = bf16(p)ᵀ·K of key tile a of token tok."""
         src, n, w, hd = self.src, self.k_tile, self.window, self.hd
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(self.heads, n, hd, deep=True)})")
+        src(f"pypto.set_cube_tile_shapes({pto_cube_wide(self.heads, n, hd, deep=True)})")
         src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), pypto.DT_FP32, "
             "a_trans=True)")
 
@@ -164,37 +166,37 @@ class _PtoWindowAttn:
         """Assemble the [H, HD] partials `parts` (consecutive tokens from tok) into o [T, H, HD]: through a 2-D
         workspace reshaped in place to 3-D (no copy; reshaping the matmul result itself costs one)."""
         src, h, hd, n = self.src, self.heads, self.hd, len(parts)
-        _pto_set_tile(src, self.o_tile)
+        pto_set_tile(src, self.o_tile)
         src(f'ow = pypto.tensor([{n * h}, {hd}], {self.o_out.pto}, "ow")')
         for i, p in enumerate(parts):
             src(f"pypto.assemble({p}, [{i * h}, 0], ow)")
-        _pto_set_tile(src, [1] + self.o_tile)
+        pto_set_tile(src, [1] + self.o_tile)
         src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
 
     def _token(self, tok: str) -> None:
         src, h, hd, n, w = self.src, self.heads, self.hd, self.k_tile, self.window
         for i, a in enumerate(self.tiles):
-            src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(n, hd, h, deep=True)})")
+            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True)})")
             src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
                 f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
             self.scope += 1
-            _pto_scope(src, self.scope)
+            pto_scope(src, self.scope)
             self._validity(tok, a, 1)
             self._softmax(0, "st1", "pb")
-            _pto_scope(src, -1)
+            pto_scope(src, -1)
             self._pv(tok, a, "pb")
             if i == 0:
                 src("m_acc, l_acc, o_acc = mr, lr, oi")
                 continue
-            _pto_set_tile(src, [1, max(h, 8)])  # the running merge: m, l rows; o by [H, 1] columns
+            pto_set_tile(src, [1, max(h, 8)])  # the running merge: m, l rows; o by [H, 1] columns
             src("big = pypto.maximum(m_acc, mr)")
             src("ea = pypto.exp(pypto.sub(m_acc, big))")
             src("eb = pypto.exp(pypto.sub(mr, big))")
             src("l_acc = pypto.add(pypto.mul(ea, l_acc), pypto.mul(eb, lr))")
             src("m_acc = big")
-            _pto_row_to_col(src, "ea", h, "eac")
-            _pto_row_to_col(src, "eb", h, "ebc")
-            _pto_set_tile(src, self.o_tile)
+            pto_row_to_col(src, "ea", h, "eac")
+            pto_row_to_col(src, "eb", h, "ebc")
+            pto_set_tile(src, self.o_tile)
             src("o_acc = pypto.add(pypto.mul(eac, o_acc), pypto.mul(ebc, oi))")
         self._store_ml(tok, "m_acc", "l_acc")
         self._store_o(tok, ["o_acc"])
@@ -202,16 +204,16 @@ class _PtoWindowAttn:
     def _pair(self, tok: str) -> None:
         """Tokens tok and tok + 1 (single-tile window): one q·Kᵀ task, then per token its softmax and P·V."""
         src, h, hd, w = self.src, self.heads, self.hd, self.window
-        src(f"pypto.set_cube_tile_shapes({_pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
+        src(f"pypto.set_cube_tile_shapes({pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
         src(f"st2 = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
             f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
         self.scope += 1
-        _pto_scope(src, self.scope)
+        pto_scope(src, self.scope)
         self._validity(tok, 0, 2)
         for u in range(2):
             self._softmax(u, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
             self._store_ml(f"{tok} + {u}", "mr", "lr")
-        _pto_scope(src, -1)
+        pto_scope(src, -1)
         for u in range(2):
             self._pv(f"{tok} + {u}", 0, f"pb{u}")
             src(f"oi{u} = oi")
@@ -219,10 +221,10 @@ class _PtoWindowAttn:
 
 
 _PTO_GROUP_TOKENS = 32   # tokens per task of a one-stream head-group pack (flash: 4 blocks × 8 groups = 32 tasks)
-_PTO_VECTOR_CORES = 48
+PTO_VECTOR_CORES = HARDWARE.vector_cores
 
 
-class _PtoGroupMerge:
+class PtoGroupMerge:
     """Merges, sink normalisation and inverse-RoPE packs on tasks of (head group g, block of n tokens): one forced
     subgraph per loop iteration over the flattened (block, group) index. Per-head quantities (m, l, the merge
     factors, the denominator) are [n, hg] boxes; each head j of the group is an [n, HD] box of the heads flattened
@@ -241,9 +243,9 @@ class _PtoGroupMerge:
         self.hg = heads // groups
         # tokens per task: a task's time is about its number of 32 KiB copies; one stream of heads (pack only):
         # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter
-        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // _PTO_VECTOR_CORES)
+        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // PTO_VECTOR_CORES)
         self.n = max(1, min(ntok, n))
-        self.tr = _pto_divisor(self.n, max(1, _PTO_TILE_ELEMS // hd))
+        self.tr = pto_divisor(self.n, max(1, PTO_TILE_ELEMS // hd))
         self.items = 0
 
     @contextmanager
@@ -256,9 +258,9 @@ class _PtoGroupMerge:
             src(f"t0 = {t0 if nb * n == self.ntok else f'pypto.min({t0}, {self.ntok - n})'}")
             src(f"gg = blk % {g}")
             src(f"h0 = gg * {self.hg}")
-            _pto_scope(src, 1)
+            pto_scope(src, 1)
             yield
-            _pto_scope(src, -1)
+            pto_scope(src, -1)
 
     def cols(self, t, col: str = "h0", row: str = "t0") -> str:
         """The [n, hg] box of the 2-D per-head tensor t at column `col`."""
@@ -269,7 +271,7 @@ class _PtoGroupMerge:
         return f"pypto.view({t}, [{self.n}, {self.hd}], [t0, {col}])"
 
     def _col_tile(self) -> None:
-        _pto_set_tile(self.src, [self.n, max(self.hg, 8)])
+        pto_set_tile(self.src, [self.n, max(self.hg, 8)])
 
     def load_state(self, m: str, l: str) -> None:
         """(m_acc, l_acc) [n, hg] = the [n, hg] boxes m, l (of the state, or of the first item)."""
@@ -307,7 +309,7 @@ class _PtoGroupMerge:
         for j in range(self.hg):
             self._col_tile()
             self.src(f"idx = pypto.full([{self.n}, 8], {j}, pypto.DT_INT32)")
-            _pto_set_tile(self.src, [self.tr, self.hd])
+            pto_set_tile(self.src, [self.tr, self.hd])
             yield j
 
     def merge_head(self, i: int, oi: str) -> None:
@@ -324,9 +326,9 @@ class _PtoGroupMerge:
         src, n = self.src, self.n
         rd = cos_il.shape[1]
         if swap is None:
-            _pto_swap_index(src, rd, "swi")
+            pto_swap_index(src, rd, "swi")
             swap = "swi"
-        _pto_set_tile(src, [n, max(rd, 8)])
+        pto_set_tile(src, [n, max(rd, 8)])
         src(f"si = pypto.expand_clone(pypto.reshape({swap}, [1, {rd}]), [{n}, {rd}])")
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
             src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{n}, {rd}], [t0, 0])', t.dtype, 'f32')}")
@@ -336,17 +338,17 @@ class _PtoGroupMerge:
         into out [G, T, hg·HD] at [g, t0, j·HD]."""
         src, n, hd, tr = self.src, self.n, self.hd, self.tr
         nope = hd - rd
-        _pto_set_tile(src, [tr, max(rd, 8)])
+        pto_set_tile(src, [tr, max(rd, 8)])
         src(f"rp = pypto.view(y, [{n}, {rd}], [0, {nope}])")
         src("ro = pypto.sub(pypto.mul(rp, cb), pypto.mul(pypto.gather(rp, 1, si), sb))")
-        _pto_set_tile(src, [tr, hd])
+        pto_set_tile(src, [tr, hd])
         rob = cast_expr("ro", "f32", out.dtype)
         if nope:
             ynb = cast_expr(f"pypto.view(y, [{n}, {nope}], [0, 0])", "f32", out.dtype)
             src(f"z = pypto.concat([{ynb}, {rob}], -1)")
         else:
             src(f"z = {rob}")
-        _pto_set_tile(src, [1, tr, hd])
+        pto_set_tile(src, [1, tr, hd])
         src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
 
     def store_head(self, j: int, out) -> None:
@@ -354,5 +356,5 @@ class _PtoGroupMerge:
         src, n, hd, tr = self.src, self.n, self.hd, self.tr
         src(f'ow = pypto.tensor([{n}, {hd}], {out.pto}, "ow")')
         src("pypto.assemble(y, [0, 0], ow)")
-        _pto_set_tile(src, [tr, 1, hd])
+        pto_set_tile(src, [tr, 1, hd])
         src(f"pypto.assemble(pypto.reshape(ow, [{n}, 1, {hd}], inplace=True), [t0, h0 + {j}, 0], {out.name})")

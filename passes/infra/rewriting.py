@@ -5,6 +5,7 @@ from operator import attrgetter
 from typing import Sequence
 
 from dspark_ir.graph import Graph, Node, Value
+from dspark_ir.ops.core import Join
 
 from .base import Skip
 
@@ -26,7 +27,7 @@ def has_side_effects(node: Node) -> bool:
         return bool(declared)
     if node.opdef.collective or writes_in_place(node):
         return True
-    return node.op != "join" and any(v.type.is_token for v in node.results)
+    return node.opdef is not Join and any(v.type.is_token for v in node.results)
 
 
 def is_returned(g: Graph, node: Node) -> bool:

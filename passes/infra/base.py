@@ -4,8 +4,8 @@ A pass is a frozen dataclass registered with `@register_pass`. Its fields are it
 defaults; they round-trip through the pipeline string). Class attributes declare the rest:
 
     name        kebab-case name used everywhere (pipeline strings, --disable, dumps)
-    contract    numeric contract checked by --check-numerics (passes.contracts)
-    requires    graph properties (passes.properties) that must hold before it runs, and `layer:<kind>`
+    contract    numeric contract checked by --check-numerics (passes.infra.contracts)
+    requires    graph properties (passes.infra.properties) that must hold before it runs, and `layer:<kind>`
                 entries: a pass that requires `layer:decode-swa` is skipped on other layers (not applicable)
     guarantees  properties that hold after it runs (checked with --verify-each)
     preserves   properties it keeps when it changes the graph (others are assumed broken)

@@ -1,5 +1,5 @@
 """--check-numerics: run the reference interpreter before and after each pass on seeded inputs, check the
-pass's declared contract (passes.contracts), and name the pass, the output and the worst element."""
+pass's declared contract (passes.infra.contracts), and name the pass, the output and the worst element."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +7,7 @@ from typing import Any
 from dspark_ir import interp
 from dspark_ir.errors import DsparkError
 from dspark_ir.graph import Graph
-from dspark_ir.sample import sample_inputs
+from runner import sample_inputs
 
 from .contracts import check_outputs
 from .instruments import Instrument

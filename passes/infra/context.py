@@ -49,7 +49,7 @@ class Slot:
 @dataclass(frozen=True)
 class PassContext:
     # ---- the pipeline and its toggles
-    pipeline: str | Pipeline | None = None      # None: the default pipeline (passes.defaults)
+    pipeline: str | Pipeline | None = None      # None: the default pipeline (passes.infra.defaults)
     disabled: Sequence[str] = ()
     enabled: Sequence[Any] = ()                  # "name", "name{opts}" or Pass instances
     only: Sequence[str] = ()

@@ -3,8 +3,8 @@
 A template is `fn(spec: KernelSpec) -> str`: it returns the source of one *plain* Python function
 (no decorator; the harness `kernels.pypto_rt` applies `pypto.frontend.jit` for its mode) whose tensor
 parameters are annotated `pypto.Tensor(shape, dtype)`; inputs are read, outputs and in-place buffers
-are written in place (`pypto.assemble`, `out[:] = ...`). Family modules register their templates in a
-`PYPTO_TEMPLATES = {op_name: fn}` dict in their `# ---- pypto 0.2.0 template` section.
+are written in place (`pypto.assemble`, `out[:] = ...`). Family modules register their templates against the
+op definitions with `kernels.registry.template` (see kernels/README.md).
 
 Only idioms verified on pypto 0.2.0 (see the project notes on pypto ops) are emitted: explicit vec/cube
 tile shapes before every op group, `pypto.loop` + `pypto.view(..., valid_shape=...)` + single-form
@@ -16,11 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
+from dspark_ir.hardware import HARDWARE, ITEMSIZE
+
 PTO_DTYPES = {
     "bf16": "pypto.DT_BF16", "fp16": "pypto.DT_FP16", "f32": "pypto.DT_FP32", "fp8": "pypto.DT_FP8E4M3",
     "i8": "pypto.DT_INT8", "i32": "pypto.DT_INT32", "i64": "pypto.DT_INT64", "bool": "pypto.DT_BOOL",
 }
-ITEMSIZE = {"bf16": 2, "fp16": 2, "f32": 4, "fp8": 1, "i8": 1, "i32": 4, "i64": 8, "bool": 1}
 # jit options every generated kernel module carries (`JIT_OPTIONS`, read by kernels.pypto_rt): the runtime's
 # root-function memory pools at the size pypto's own model kernels use (its default of 10 root functions in flight
 # serialises a loop of more iterations behind workspace reuse).
@@ -33,7 +34,7 @@ def module_prelude() -> str:
 
 
 VEC_TILE_BYTES = 16 * 1024  # per operand tile; an op group holds several of them in the 192 KiB UB
-BLOCK_BYTES = 32            # a tile's last dim must span a multiple of 32 bytes
+BLOCK_BYTES = HARDWARE.ub_block_bytes  # a tile's last dim must span a multiple of 32 bytes
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,9 @@ def cube_tile(extent: int, preferred: int, align: int = 16) -> list[int]:
     return [t, t]
 
 
-L0A_BYTES = 64 * 1024   # a tile of the left operand
-L0B_BYTES = 64 * 1024   # a tile of the right operand
-L0C_BYTES = 128 * 1024  # the fp32/int32 accumulator tile
+L0A_BYTES = HARDWARE.l0a_bytes  # a tile of the left operand
+L0B_BYTES = HARDWARE.l0b_bytes  # a tile of the right operand
+L0C_BYTES = HARDWARE.l0c_bytes  # the fp32/int32 accumulator tile
 
 
 def cube_shapes(m: int, k: int, n: int, dtype: str) -> str:

@@ -1,7 +1,8 @@
 """The pass registry: kebab-case name → pass class, with lazy import.
 
-A pass named `topk-bypass` lives in `passes/topk_bypass.py`; listing the names does not import anything,
-and the first `get_pass("topk-bypass")` imports that one module. Passes registered at run time (tests,
+A pass named `topk-bypass` lives in `passes/topk_bypass.py`: every module of the `passes` package is one
+pass (the machinery is this sub-package, `passes.infra`). Listing the names does not import anything, and
+the first `get_pass("topk-bypass")` imports that one module. Passes registered at run time (tests,
 `dspark opt --plugin MODULE`) join the same name space.
 """
 from __future__ import annotations
@@ -18,12 +19,7 @@ from .errors import PipelineError
 if TYPE_CHECKING:
     from .base import Pass
 
-# Modules of this package that are machinery, not passes.
-INFRASTRUCTURE = frozenset({
-    "base", "bisect", "context", "contracts", "defaults", "driver", "dumps", "errors", "html", "instruments",
-    "manager", "numerics", "options", "pipeline", "properties", "registry", "replay", "reproducer", "rewriting",
-    "snapshot",
-})
+PASSES_PACKAGE = __package__.rpartition(".")[0]     # "passes": one module per pass
 
 _REGISTRY: dict[str, type["Pass"]] = {}
 
@@ -37,14 +33,15 @@ def add(cls: type["Pass"]) -> None:
 
 @lru_cache(maxsize=1)
 def pass_modules() -> dict[str, str]:
-    """kebab name → module name, for every pass module in this package (nothing is imported)."""
-    from . import __path__ as package_path
+    """kebab name → module name, for every module of the passes package (nothing is imported); its
+    sub-packages (the machinery) are not passes."""
+    from .. import __path__ as package_path
 
     modules = {}
     for info in pkgutil.iter_modules(package_path):
-        if info.name.startswith("_") or info.name in INFRASTRUCTURE:
+        if info.ispkg or info.name.startswith("_"):
             continue
-        modules[info.name.replace("_", "-")] = f"{__package__}.{info.name}"
+        modules[info.name.replace("_", "-")] = f"{PASSES_PACKAGE}.{info.name}"
     return modules
 
 
@@ -70,4 +67,4 @@ def summary(name: str) -> str:
 
 
 def is_builtin(cls: type["Pass"]) -> bool:
-    return cls.__module__.startswith(f"{__package__}.")
+    return cls.__module__.startswith(f"{PASSES_PACKAGE}.")

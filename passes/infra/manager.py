@@ -21,6 +21,7 @@ from dspark_ir.graph import Graph
 from dspark_ir.verifier import verify
 
 from . import properties
+from .analysis import open_analyses
 from .base import Pass, RewriteRecord, Skip
 from .context import PassContext
 from .driver import Budget, drive
@@ -209,7 +210,8 @@ class PassManager:
         run.rewrites_before = state.budget.used
         t0 = time.perf_counter()
         try:
-            outcome = drive(p, graph, state.budget)
+            with open_analyses(graph):          # the pass's analysis cache, dropped when it ends
+                outcome = drive(p, graph, state.budget)
         except PassError as e:
             raise run.fail(e.kind, e.message, e.location) from None
         except DsparkError as e:

@@ -1,0 +1,55 @@
+"""Policy: the tiles and worker counts the DSpark passes choose, apart from the rewrites that apply them.
+
+A pass module is the rewrite (when a site is sound, how to rewrite it, why the result is equal); which tile,
+how many workers, for which config, is a choice made here once, with where it comes from. Each option of a
+pass defaults to the value below, and a pipeline option overrides it for one run (`quant-workers{workers=12}`).
+Facts of the chip come from `dspark_ir.hardware`; a choice that depends on the model config is a function
+of the graph's `config` attribute.
+"""
+from __future__ import annotations
+
+from dspark_ir.graph import Graph
+from dspark_ir.hardware import HARDWARE
+from dspark_ir.ops.core import Matmul
+from dspark_ir.ops.qkv import KvRmsNormRope, RopeTables
+
+# ---- split-m-fanout ---------------------------------------------------------------------------------------
+SPLIT_M_OPS = ("kv_proj_matmul",)        # the seed PR's one under-occupied matmul
+SPLIT_M_WAYS = 4                         # the seed's KV_OM: M tiles fanned out 4 ways
+SPLIT_M_CORES = HARDWARE.cube_cores      # fan out only while the grid leaves cube cores idle
+
+# ---- widen-tile -------------------------------------------------------------------------------------------
+WIDEN_OPS = (KvRmsNormRope.name,)       # the seed PR's scheduling-bound row task
+WIDEN_FOLLOW = (RopeTables.name,)        # its rope-row materialiser shares the token tile
+WIDEN_MIN_ROWS = 16                      # the seed PR doubled KV_RMS_T_TILE 8 → 16
+WIDEN_FACTOR = 2
+WIDEN_MAX_UB_BYTES = HARDWARE.ub_bytes   # pypto 0.2.0 budgets one op group in the UB (notes §5)
+
+# ---- tile-choice ------------------------------------------------------------------------------------------
+TILE_CHOICE_OPS = (Matmul.name,)
+TILE_CHOICE_MAX_M = 128                  # the largest M tile pypto's cube templates use (128×256 bf16 in L0A)
+TILE_CHOICE_N = 128                      # the N tile the accumulator holds next to the M tile
+TILE_CHOICE_MIN_GAIN = 1.25              # apply only when the modelled GM traffic drops at least this much
+
+# ---- pool-fanout, quant-workers, dequant-workers, fuse-merge-rope-pack (later public pypto-lib forms) -----
+POOL_REQUESTS = 2                        # POOL_REQUEST_TILE of decode_compressor_ratio128
+QUANT_OPS = ("tp_o_a_quant",)            # the TP O path's per-group quant (the TP1 `quant` stays one block)
+QUANT_WORKERS = 24                       # O_A_QUANT_WORKERS of decode_o_proj: 6 for each of 4 owners' rows
+QUANT_ROWS = 8                           # QUANT_T_TILE
+DEQUANT_WORKERS = HARDWARE.vector_cores  # Q_DEQUANT_WORKERS = 48 of qkv_proj_rope: one per AIV
+DEQUANT_TOKEN_TILE = 8                   # the seed's Q_ROPE_T_TILE: tokens per (token, head tile) unit
+MERGE_WORKERS = HARDWARE.vector_cores    # the seed's MERGE_WORKERS = 48: one per AIV
+
+# ---- retiled-cse ------------------------------------------------------------------------------------------
+RETILED_CSE_OPS = (RopeTables.name,)     # built twice per attention layer (q side, output pack); grid-independent
+
+# ---- split-writeback-bias ---------------------------------------------------------------------------------
+# Writeback row tile by the graph's `config`: 32 at flash (the later public pypto-lib version: 4 blocks at
+# T = 128), 8 at tiny (2-4 blocks at T = 16-32); 32 for any other graph.
+WRITEBACK_TILE_ROWS = {"flash": 32, "tiny": 8}
+WRITEBACK_TILE_ROWS_OTHER = 32
+
+
+def writeback_tile_rows(g: Graph) -> int:
+    """The SWA cache writeback's row tile for this graph's config."""
+    return WRITEBACK_TILE_ROWS.get(str(g.attributes.get("config")), WRITEBACK_TILE_ROWS_OTHER)
