@@ -24,6 +24,32 @@ def add_layer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=None, help="tokens per request S (default: the config's)")
 
 
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """Where pypto's cost model runs (perf/executors.py) and where its answers are cached (perf/costs.py)."""
+    g = p.add_argument_group("kernel simulations")
+    g.add_argument("--executor", choices=("local", "dask"), default=None,
+                   help="local: pypto worker processes on this machine; dask: a Dask cluster (default: dask when "
+                        "--scheduler or DSPARK_SCHEDULER is given, else local)")
+    g.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="the Dask scheduler (default: $DSPARK_SCHEDULER)")
+    g.add_argument("--workers", type=int, default=2, help="local pypto worker processes (default 2)")
+    g.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation (default 1800)")
+    g.add_argument("--cost-cache", default=None, metavar="DIR",
+                   help="cost-model cache directory, may be shared by several machines "
+                        "(default: $DSPARK_CACHE_DIR/perf-costs, DSPARK_CACHE_DIR defaulting to ~/.cache/dspark)")
+
+
+def executor_from_args(args: argparse.Namespace):
+    """The executor the flags of add_executor_arguments name (connects to a Dask scheduler)."""
+    from perf.executors import make_executor
+
+    if args.workers < 1:
+        raise UsageError(f"--workers: must be at least 1, got {args.workers}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: must be positive, got {args.timeout:g}")
+    return make_executor(args.executor, scheduler=args.scheduler, workers=args.workers, timeout=args.timeout)
+
+
 def load_graph(args: argparse.Namespace) -> Graph:
     """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
     target = args.target

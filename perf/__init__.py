@@ -7,16 +7,19 @@
 Modules (README.md beside this file has the exact schedule model; the 910B2 constants and their sources
 are dspark_ir/hardware.py, re-exported here as HARDWARE):
   roofline   bytes / FLOPs / vector ops per task; chip and blocked roofline bounds
-  costs      per-kernel costs: pypto's cost model (cached by kernel source hash) or the roofline (flagged)
+  costs      per-kernel costs: pypto's cost model (content-addressed cache, shareable) or the roofline (flagged)
+  executors  where kernel simulations run: local pypto workers (default) or a Dask cluster
+  dask_worker  the Dask worker plugin (`dask worker ... --preload perf.dask_worker`) and task
   schedule   the schedule model: blocks on AIC/AIV cores, deps, dispatch overhead, span floor
   estimate   layer estimate = costs + schedule + roofline; per-kernel rows
   trace      the schedule as Perfetto / Chrome trace JSON
   program    cross-check: the layer's templated part as one pypto program (pypto schedules it)
   ab         the A/B matrix of passes (all on/off, leave-one-out, add-one-in, waterfall steps)
-  plots      PNG waterfall and on/off bars
+  sweep      a grid of shapes x pipelines, resumable (`dspark sweep`)
+  plots      PNG waterfall and on/off bars, latency per swept axis
   model      the whole decode step (43 FLASH layers) as one graph
   bench      compile-speed benchmark (parse → passes → lowering → pypto source)
-Importing `perf` imports neither pypto nor matplotlib.
+Importing `perf` imports neither pypto, matplotlib nor dask.
 """
 from __future__ import annotations
 

@@ -338,23 +338,44 @@ def program_verdict(c: CaseResult) -> str:
 
 
 # ---- driver ------------------------------------------------------------------------------------------
-def run_variant(g, v: Variant, source: CostSource, params: ScheduleParams, label: str,
-                progress: Callable[[int, int], None] | None = None) -> VariantResult:
+@dataclass
+class Lowered:
+    """A variant's pipeline run and task graph, before any cost is known."""
+
+    tg: Any
+    fired: list[str]
+    statuses: dict[str, str]
+    graph_nodes: int
+
+
+def lower_variant(g, v: Variant) -> Lowered:
     from lowering import compile
 
     c = compile(g, pipeline="default", ctx=v.context(), verify=False, sources=False)
-    est = estimate(c.tg, source, params, label=f"{label} {v.name}", progress=progress)
     statuses = {r.name: r.status for r in c.passes.runs}
     fired = [r.name for r in c.passes.runs if r.status == "changed"]
-    return VariantResult(v, est, fired, statuses, len(c.graph), c.tg)
+    return Lowered(c.tg, fired, statuses, len(c.graph))
+
+
+def run_variant(g, v: Variant, source: CostSource, params: ScheduleParams, label: str,
+                progress: Callable[[int, int], None] | None = None) -> VariantResult:
+    low = lower_variant(g, v)
+    est = estimate(low.tg, source, params, label=f"{label} {v.name}", progress=progress)
+    return VariantResult(v, est, low.fired, low.statuses, low.graph_nodes, low.tg)
+
+
+def stage_tasks(tg, globs: Sequence[str]):
+    """The schedule tasks whose names match `globs`, with deps on tasks outside the stage dropped (their results
+    are ready at time 0)."""
+    tasks = [t for t in sched_tasks(tg) if any(fnmatchcase(t.name, g) for g in globs)]
+    inside = {t.id for t in tasks}
+    return [replace(t, deps=tuple(d for d in t.deps if d in inside)) for t in tasks]
 
 
 def stage_latency(r: VariantResult, globs: Sequence[str], params: ScheduleParams) -> tuple[float, int]:
-    """(makespan µs, task count) of the variant's tasks whose names match `globs`, scheduled alone: deps on tasks
-    outside the stage are dropped (their results are ready at time 0), the costs are the variant's."""
-    tasks = [t for t in sched_tasks(r.tg) if any(fnmatchcase(t.name, g) for g in globs)]
-    inside = {t.id for t in tasks}
-    tasks = [replace(t, deps=tuple(d for d in t.deps if d in inside)) for t in tasks]
+    """(makespan µs, task count) of the variant's tasks whose names match `globs`, scheduled alone (`stage_tasks`),
+    the costs are the variant's."""
+    tasks = stage_tasks(r.tg, globs)
     if not tasks:
         return 0.0, 0
     return schedule(tasks, r.estimate.schedule.costs, params).makespan_us, len(tasks)

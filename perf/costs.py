@@ -17,18 +17,25 @@ A task without a pypto template (or whose pypto run failed) gets a roofline esti
 `source = "roofline"` with the reason in `note`: its span is `roofline.blocked_bound` (the task's
 bytes and arithmetic on min(blocks, cores) cores), its work span × those cores.
 
-The cache: `$DSPARK_CACHE_DIR/perf-costs/<key>.json` (default `~/.cache/dspark`); the key hashes the
-kernel's source generated under the function name `kernel` (lowering.codegen.generate; tasks of different
-names with the same body share an entry), the argument shapes and dtypes, pypto's version and `EXTRACTOR_VERSION`.
-Failures are cached too (a template error stays an error until the source changes), except timeouts
-and crashed workers.
+The cache: `$DSPARK_CACHE_DIR/perf-costs/<key>.json` (default `~/.cache/dspark`), or any directory given as
+`cache=` (`--cost-cache DIR`). It is content-addressed: the key hashes everything that changes the answer, namely
+the kernel's source generated under the function name `kernel` (lowering.codegen.generate; tasks of different
+names with the same body share an entry), the argument shapes and dtypes, pypto's version, a digest of pypto's
+cost-model configuration files (the modelled chip's constants, `cost_model()`) and `EXTRACTOR_VERSION` (bump it
+when what we run or how we read the result changes). So several machines can share one directory on shared
+storage: an entry is written to a temporary file beside it and renamed into place (atomic on POSIX file systems,
+NFS included), concurrent writers of one key write the same answer, and a reader never sees a partial file.
+Failures are cached too (a template error stays an error until the source changes), except timeouts and crashed
+workers.
+
+Simulations run on an executor (perf/executors.py): this machine's pypto workers by default, or a Dask cluster.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +46,7 @@ import numpy as np
 from dspark_ir.hardware import HARDWARE, Hardware
 from lowering.taskgraph import Task, TaskGraph
 
+from .executors import Executor, LocalExecutor, SimJob, SimOutcome
 from .roofline import blocked_bound, task_work
 
 EXTRACTOR_VERSION = 1
@@ -144,13 +152,25 @@ def cache_dir() -> Path:
     return root / "perf-costs"
 
 
-def _pypto_version() -> str:
-    try:
-        from importlib.metadata import version
+def cost_model() -> dict[str, str]:
+    """The cost model an answer comes from: pypto's version and a digest of its cost-model configuration files
+    (`pypto/lib/configs`: the chip's cores, rates and latencies), read without importing pypto."""
+    return dict(_installed_cost_model())
 
-        return version("pypto")
+
+@functools.cache
+def _installed_cost_model() -> dict[str, str]:
+    try:
+        from importlib.metadata import distribution
+
+        dist = distribution("pypto")
+        configs = Path(str(dist.locate_file("pypto"))) / "lib" / "configs"
+        digest = hashlib.sha256()
+        for path in sorted(p for p in configs.rglob("*") if p.is_file()):
+            digest.update(path.relative_to(configs).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        return {"pypto": dist.version, "model": digest.hexdigest()[:16]}
     except Exception:  # noqa: BLE001 - no pypto: the key still works, runs will fail
-        return "none"
+        return {"pypto": "none", "model": "none"}
 
 
 def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
@@ -166,30 +186,22 @@ def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
 
 
 def cost_key(task: Task, source: str) -> str:
+    """The cache key: a hash of everything that changes the task's cost-model answer."""
     shapes = [(a.param, a.direction, a.dtype, list(a.shape)) for a in task.args]
-    text = json.dumps({"source": source, "args": shapes, "pypto": _pypto_version(), "v": EXTRACTOR_VERSION},
-                      sort_keys=True)
+    text = json.dumps({"source": source, "args": shapes, **cost_model(), "v": EXTRACTOR_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def parse_swimlane(path: Path) -> dict:
-    """first start, last end and busy cycles per core kind from `_simulate.swim.json`."""
-    lanes = json.loads(Path(path).read_text())
-    first, last, busy = None, 0.0, {"cube": 0.0, "vector": 0.0}
-    for lane in lanes:
-        kind = "cube" if str(lane.get("coreType", "")).upper().startswith("AIC") else "vector"
-        for t in lane.get("tasks", []):
-            s, e = float(t["execStart"]), float(t["execEnd"])
-            first = s if first is None else min(first, s)
-            last = max(last, e)
-            busy[kind] += max(0.0, e - s)
-    return {"first": first or 0.0, "last": last, "cube": busy["cube"], "vector": busy["vector"]}
-
-
-def _zeros(shape, dtype: str) -> np.ndarray:
+def sim_job(task: Task, key: str, source: str) -> SimJob:
+    """The task's kernel through the cost model on zeros (an in-place argument is an output)."""
     from dspark_ir.semantics.dtypes import NP_DTYPES
 
-    return np.zeros(shape, NP_DTYPES[dtype])
+    def spec(a) -> tuple[tuple[int, ...], str]:
+        return tuple(int(d) for d in a.shape), np.dtype(NP_DTYPES[a.dtype]).name
+
+    inputs = {(a.param if a.direction == "in" else f"{a.param}_in"): spec(a) for a in task.args if a.reads}
+    outputs = {a.param: spec(a) for a in task.args if a.writes}
+    return SimJob(key, source, inputs, outputs, label=f"{task.op}-{key[:8]}", model=cost_model())
 
 
 class PyptoCosts:
@@ -198,13 +210,12 @@ class PyptoCosts:
     name = "pypto"
 
     def __init__(self, hw: Hardware = HARDWARE, *, workers: int = 2, timeout: float = 1800.0,
-                 cache: str | os.PathLike | None = None, batch: int = 4, offline: bool = False):
+                 cache: str | os.PathLike | None = None, batch: int = 4, offline: bool = False,
+                 executor: Executor | None = None):
         self.hw = hw
-        self.workers = workers
-        self.timeout = timeout
         self.cache = Path(cache) if cache is not None else cache_dir()
-        self.batch = max(1, batch)
         self.offline = offline        # never run pypto: cache hits or roofline
+        self.executor = executor if executor is not None else LocalExecutor(workers, timeout, batch)
         self.ran = 0                  # kernels simulated by this object (cache misses)
         self.hits = 0
 
@@ -220,9 +231,14 @@ class PyptoCosts:
         self.cache.mkdir(parents=True, exist_ok=True)
         doc = dict(cost.to_json(), op=task.op, example=task.name)
         fd, tmp = tempfile.mkstemp(dir=self.cache, prefix=f".{key}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(tmp, self.cache / f"{key}.json")
+        try:
+            os.fchmod(fd, 0o644)      # mkstemp makes 0600: other users of a shared cache read it too
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, indent=1)
+            os.replace(tmp, self.cache / f"{key}.json")   # atomic: readers see the old state or the whole entry
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     # ---- the source ----------------------------------------------------------------------------------
     def plan(self, tg: TaskGraph, tasks: Iterable[int] | None = None) -> tuple[dict, list]:
@@ -268,38 +284,31 @@ class PyptoCosts:
         return {i: known[i] for i in chosen}
 
     def _simulate(self, tg: TaskGraph, todo: list, progress) -> None:
-        from kernels.pypto_rt import KernelJob, run_jobs
+        self.simulate([(tg.tasks[i], key, src) for i, key, src in todo], progress)
 
+    def simulate(self, todo: list[tuple[Task, str, str]], progress: Callable[[int, int], None] | None = None,
+                 stored: Callable[[str], None] | None = None) -> None:
+        """Run (task, key, source) items (distinct keys) on the executor; each answer is cached as it arrives,
+        then `stored(key)` is called (not for timeouts and crashes, which are not cached)."""
+        jobs = [sim_job(task, key, src) for task, key, src in todo]
         done = 0
-        for start in range(0, len(todo), self.batch):
-            chunk = todo[start:start + self.batch]
-            jobs = []
-            for i, key, src in chunk:
-                t = tg.tasks[i]
-                inputs = {(a.param if a.direction == "in" else f"{a.param}_in"): _zeros(a.shape, a.dtype)
-                          for a in t.args if a.reads}
-                outputs = {a.param: _zeros(a.shape, a.dtype) for a in t.args if a.writes}
-                jobs.append(KernelJob(src, "kernel", inputs, outputs, mode="sim", label=f"{t.op}-{key[:8]}"))
-            art = Path(tempfile.mkdtemp(prefix="dspark-perf-"))
-            try:
-                results = run_jobs(jobs, self.timeout, workers=min(self.workers, len(jobs)), artifacts_dir=art)
-                for (i, key, _src), res in zip(chunk, results):
-                    self._record(tg.tasks[i], key, res)
-            finally:
-                shutil.rmtree(art, ignore_errors=True)
-            done += len(chunk)
-            self.ran += len(chunk)
+        for index, outcome in self.executor.run(jobs):
+            task, key, _src = todo[index]
+            if self._record(task, key, outcome) and stored is not None:
+                stored(key)
+            done += 1
+            self.ran += 1
             if progress is not None:
                 progress(done, len(todo))
 
-    def _record(self, task: Task, key: str, res) -> None:
+    def _record(self, task: Task, key: str, res: SimOutcome) -> bool:
+        """Cache the outcome of the task's run; False for a transient failure (retried next time)."""
         if not res.ok:
-            error = (res.error or "failed").splitlines()[0][:300]
-            if "timed out" in error or "timeout" in error.lower() or "crash" in error.lower():
-                return                  # transient: retry next time
-            self._store(key, KernelCost("roofline", 0.0, note=f"pypto failed: {error}"), task)
-            return
-        lanes = _swimlane(res.artifacts)
+            if res.transient:
+                return False
+            self._store(key, KernelCost("roofline", 0.0, note=f"pypto failed: {res.error}"), task)
+            return True
+        lanes = res.lanes
         if lanes is None:
             span = float(res.cycles or 0)
             cost = KernelCost("pypto", span, *_even_work(task, span), total=res.cycles, pypto_tasks=res.tasks,
@@ -308,17 +317,4 @@ class PyptoCosts:
             cost = KernelCost("pypto", lanes["last"] - lanes["first"], lanes["cube"], lanes["vector"],
                               total=res.cycles, pypto_tasks=res.tasks)
         self._store(key, cost, task)
-
-
-def _swimlane(artifacts: Path | None) -> dict | None:
-    if artifacts is None:
-        return None
-    found = sorted(Path(artifacts).glob("*/CostModelSimulationOutput/_simulate.swim.json"))
-    if not found:
-        return None
-    parsed = [parse_swimlane(p) for p in found]
-    if len(parsed) == 1:
-        return parsed[0]
-    # several pypto calls (never seen for one kernel): count them back to back
-    return {"first": 0.0, "last": sum(p["last"] - p["first"] for p in parsed),
-            "cube": sum(p["cube"] for p in parsed), "vector": sum(p["vector"] for p in parsed)}
+        return True

@@ -1,4 +1,4 @@
-"""PNG plots of an A/B report (matplotlib, Agg): the per-pass waterfall and the on/off bars."""
+"""PNG plots (matplotlib, Agg): an A/B report's per-pass waterfall and on/off bars, a sweep's latency per axis."""
 from __future__ import annotations
 
 import re
@@ -82,6 +82,62 @@ def onoff_bars(report, out_dir) -> str | None:
                      fontsize=9)
     fig.tight_layout()
     path = Path(out_dir) / "onoff.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def sweep_plots(report, out_dir) -> list[str]:
+    """Per layer and swept axis: latency against the axis, one line per pipeline (and per value of the other swept
+    axes, when there are any), `sweep_<layer>_<axis>.png`."""
+    written = []
+    swept = report.swept()
+    for layer in dict.fromkeys(p.layer for p in report.points):
+        points = [p for p in report.points if p.layer == layer and p in report.results]
+        for axis in swept:
+            values = [v for v in dict.fromkeys(p.axes().get(axis) for p in points) if v is not None]
+            if len(values) < 2:
+                continue
+            lines: dict[tuple, list] = {}
+            for p in points:
+                others = tuple((k, v) for k, v in p.axes().items() if k != axis and k in swept and v is not None)
+                lines.setdefault((p.pipeline, others), []).append((p.axes().get(axis), report.results[p]["latency_us"]))
+            path = _axis_plot(layer, axis, values, lines, out_dir)
+            if path:
+                written.append(path)
+    return written
+
+
+def _axis_plot(layer: str, axis: str, values: list, lines: dict, out_dir) -> str | None:
+    plt = _plt()
+    numeric = all(isinstance(v, (int, float)) for v in values)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    pipelines = list(dict.fromkeys(pipeline for pipeline, _ in lines))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
+    variants = list(dict.fromkeys(others for _, others in lines))
+    for (pipeline, others), pts in lines.items():
+        pts = [(x if numeric else values.index(x), y) for x, y in pts]
+        pts.sort()
+        label = pipeline + (" · " + ", ".join(f"{k}={v}" for k, v in others) if others else "")
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=4,
+                color=colors[pipelines.index(pipeline) % len(colors)],
+                linestyle=styles[variants.index(others) % len(styles)], label=label)
+    if numeric and max(values) / max(min(values), 1) >= 8:
+        ax.set_xscale("log", base=2)
+    if numeric:
+        ax.set_xticks(values)
+        ax.set_xticklabels([str(v) for v in values], fontsize=8)
+        ax.minorticks_off()
+    else:
+        ax.set_xticks(range(len(values)))
+        ax.set_xticklabels([str(v) for v in values], fontsize=8)
+    ax.set_xlabel(axis)
+    ax.set_ylabel("estimated latency (µs)")
+    ax.set_title(f"{layer}: latency against {axis}", fontsize=9)
+    ax.legend(fontsize=7, ncol=1 if len(lines) <= 8 else 2)
+    fig.tight_layout()
+    path = Path(out_dir) / f"sweep_{_slug(layer)}_{_slug(axis)}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)

@@ -140,7 +140,7 @@ def cross_check(tg: TaskGraph, est, params: ScheduleParams, *, workers: int = 1,
     from dspark_ir.semantics.dtypes import NP_DTYPES
     from kernels.pypto_rt import KernelJob, run_jobs
 
-    from .costs import _swimlane
+    from .executors import read_swimlanes
 
     prog = layer_program(tg)
     ours = restricted_schedule(tg, est.schedule.costs, prog.tasks, params)
@@ -160,7 +160,7 @@ def cross_check(tg: TaskGraph, est, params: ScheduleParams, *, workers: int = 1,
         if not res.ok:
             doc["error"] = (res.error or "failed").splitlines()[0][:300]
             return doc
-        lanes = _swimlane(res.artifacts)
+        lanes = read_swimlanes(res.artifacts)
         doc.update(ok=True, pypto_us=res.us, pypto_tasks=res.tasks, wall_s=res.wall_s)
         doc["pypto_span_us"] = (lanes["last"] - lanes["first"]) / params.clock_hz * 1e6 if lanes else res.us
     finally:

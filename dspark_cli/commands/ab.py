@@ -7,6 +7,7 @@ hash; kernels without a pypto template get a roofline estimate, flagged), compos
 
 Writes into DIR: ab.md (tables), ab.json (every number), onoff.png, waterfall_<layer>.png and
 traces/<layer>.<variant>.trace.json (Perfetto / chrome://tracing) for all-off and default.
+Kernel simulations run on this machine (--executor local) or on a Dask cluster (--scheduler tcp://HOST:PORT).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from dspark_ir.fsutil import AtomicOutputDir
 
-from ..common import CommandLine, UsageError
+from ..common import CommandLine, UsageError, add_executor_arguments, executor_from_args
 
 NAME = "ab"
 HELP = "A/B matrix of the passes: estimated latency, Δ%%, roofline ratio, plots"
@@ -44,8 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-kernel costs: pypto's cost model (default) or the roofline only")
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
-    p.add_argument("--workers", type=int, default=2, help="pypto worker processes (default 2)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation (default 1800)")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -55,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--no-traces", action="store_true", help="no trace JSON files")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_executor_arguments(p)
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -121,8 +121,10 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
         stage = ("--stage " + ",".join(globs), globs)
     cases = _cases(args)
     vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
+    executor = None if args.source == "roofline" or args.offline else executor_from_args(args)
+    runs_on = executor.describe() if executor is not None else ""
     source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
-        workers=args.workers, timeout=args.timeout, offline=args.offline)
+        cache=args.cost_cache, offline=args.offline, executor=executor)
     params = ScheduleParams() if args.dispatch_cycles is None else ScheduleParams(dispatch_cycles=args.dispatch_cycles)
     program = None
     if args.pypto_program:
@@ -137,11 +139,14 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if executor is not None:
+            executor.close()
     report.notes.append(f"Reproduce: `{command_line(args)}`")
     report.notes.append(_cache_note(args, cases))
     if isinstance(source, PyptoCosts):
-        report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run, {source.hits} cache hits "
-                            f"(cache {source.cache})")
+        where = f" on {runs_on}" if runs_on and source.ran else ""
+        report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run{where}, {source.hits} "
+                            f"cache hits (cache {source.cache})")
     written = [out.write_text("ab.md", report.markdown()),
                out.write_text("ab.json", json.dumps(report.to_json(), indent=1, default=str) + "\n")]
     if not args.no_traces:

@@ -9,9 +9,10 @@ reach go to a fresh worker: a failed pypto call leaves the process's global stat
 Each worker gets a private temporary directory holding the kernel sources,
 ``TILE_FWK_OUTPUT_DIR``, ``ASCEND_PROCESS_LOG_PATH`` and its log. pypto writes a call's
 verify CSV only when the next verify session starts or the process exits, so the verify
-rows (and the ``artifacts_dir`` copies) of a worker's results are filled in when that worker
-has exited: when the pool closes, or when the worker is replaced after a failure. Outputs,
-cycles and errors are there as soon as ``run`` returns. The directory is then deleted; with
+rows (and the ``artifacts_dir`` copies) of a worker's ``full`` results are filled in when that
+worker has exited: when the pool closes, or when the worker is replaced after a failure. Outputs,
+cycles, errors and the ``artifacts_dir`` copies of ``sim`` and ``compile`` results (nothing of
+theirs is written at exit) are there as soon as ``run`` returns. The directory is then deleted; with
 ``DSPARK_KEEP_PYPTO_TMP=1`` it is kept when a job failed.
 
 :func:`run_jobs` is a pool that lives for one batch: every field of its results is final.
@@ -87,8 +88,9 @@ class WorkerPool:
 
     ``run`` splits a batch over the workers (job i goes to worker i mod n) and returns the
     results in order. A worker whose job failed is replaced by a fresh one. The ``verify``
-    rows, ``artifacts`` and ``swimlane`` of a result are filled in when its worker exits
-    (see the module doc). Artifact directories are numbered by the job's position over
+    rows, ``artifacts`` and ``swimlane`` of a ``full`` result are filled in when its worker
+    exits, those of other modes when ``run`` returns (see the module doc). ``start`` starts
+    the workers ahead of the first batch. Artifact directories are numbered by the job's position over
     the pool's whole life.
     """
 
@@ -139,14 +141,38 @@ class WorkerPool:
                 raise failures[0]
         return [results[i] for i, _ in indexed]
 
-    def close(self) -> None:
-        """Stop every worker and fill in the verify rows and artifacts of their results."""
+    def start(self, need_calculator: bool = False) -> None:
+        """Start every worker now (import pypto; with ``need_calculator`` also build or load the calculator)
+        rather than at the first :meth:`run`: a long-lived pool pays its start-up before the first job."""
+        if self.closed:
+            raise PyptoError("this WorkerPool is closed")
+        for slot, worker in enumerate(self.slots):
+            if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.close()
+                worker = _Worker(self.settings, need_calculator)
+                with self._lock:
+                    self.started += 1
+                self.slots[slot] = worker
+                worker._start()
+
+    def kill(self) -> None:
+        """Kill every worker process now; safe from another thread while a worker starts or runs a job (that
+        job gets a "worker died" result). Call :meth:`close` afterwards: it collects and deletes what they left."""
+        for worker in list(self.slots):
+            if worker is not None:
+                worker._kill()
+
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker and fill in the verify rows and artifacts of their results. With ``kill`` the workers
+        are killed instead of asked to exit: quicker (pypto's exit takes seconds), but what pypto writes at exit,
+        the verify rows of ``full`` results, is lost; sim and compile results lose nothing."""
         self.closed = True
         errors = []
         for k, worker in enumerate(self.slots):
             if worker is not None:
                 try:
-                    worker.close()
+                    worker.close(kill)
                 except BaseException as exc:  # noqa: BLE001  (re-raised below)
                     errors.append(exc)
             self.slots[k] = None
@@ -290,7 +316,7 @@ class _Worker:
                              log=info["log"] + "\n" + self._tail(self.worker_log))
 
     def _kill(self) -> None:
-        if self.proc is None:
+        if self.proc is None or self.proc.returncode is not None:  # not started, or reaped: its pid may be reused
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own session
@@ -383,16 +409,20 @@ class _Worker:
         for done in (job_path, result_path):  # the arrays: not needed again (a long-lived worker piles them up)
             done.unlink(missing_ok=True)
         result, call_dirs = self._from_report(job, report)
+        if job.mode != "full":  # pypto writes nothing of a sim or compile call at exit: keep its output now
+            self._keep_artifacts(index, job, call_dirs, result)
         self.done.append((index, job, result, call_dirs))
         if status != "ok":
             self._reap()  # the worker exits after a failed job
         return result
 
     # ---- closing: pypto's exit-time writes ----------------------------------------------
-    def close(self) -> None:
-        """Let the worker exit, then fill in verify rows and artifacts; delete the directory."""
+    def close(self, kill: bool = False) -> None:
+        """Let the worker exit (or kill it), then fill in verify rows and artifacts; delete the directory."""
         try:
-            if self.alive:
+            if self.alive and kill:
+                self._kill()
+            elif self.alive:
                 self._send("exit")
             self._reap()
             for index, job, result, call_dirs in self.done:
@@ -401,7 +431,8 @@ class _Worker:
                     if result.stats is None:
                         self._read_stats(result, call_dir)
                     result.verify.extend(verify_csv.read_verify_rows(call_dir))
-                self._keep_artifacts(index, job, call_dirs, result)
+                if job.mode == "full":
+                    self._keep_artifacts(index, job, call_dirs, result)
         finally:
             if not (self.failed and os.environ.get(KEEP_ENV) == "1"):
                 shutil.rmtree(self.dir, ignore_errors=True)

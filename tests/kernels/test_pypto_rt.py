@@ -225,6 +225,27 @@ def test_pool_keeps_its_worker_across_batches_and_replaces_a_failed_one(tmp_path
 
 
 @pytest.mark.pypto
+def test_started_pool_gives_sim_artifacts_when_run_returns(tmp_path, monkeypatch):
+    """`start` runs the worker before the first batch; a sim job's pypto output is copied when `run` returns
+    (a long-lived pool serves the cost model), not only when the worker exits; `close(kill=True)` cleans up."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    pool = WorkerPool(workers=1, artifacts_dir=tmp_path / "art")
+    pool.start()
+    assert pool.started == 1 and pool.slots[0].alive
+    [res] = pool.run([rms_job("rmsnorm_bf16", "sim", label="rms-sim")])
+    assert res.ok and res.cycles > 0 and res.artifacts is not None
+    assert list(res.artifacts.glob("*/CostModelSimulationOutput/_simulate.swim.json"))
+    assert pool.started == 1
+    pid = res.worker_pid
+    pool.close(kill=True)
+    assert list((tmp_path / "scratch").iterdir()) == []
+    assert list(res.artifacts.glob("*/CostModelSimulationOutput/_simulate.swim.json"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.pypto
 def test_bad_job_arguments_are_reported(batch):
     assert batch["bad-dtype"].error == "tensor 'a' is float32 but the kernel declares DT_BF16"
 

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from dspark_ir import layers
 from lowering import build_task_graph
-from perf.costs import KernelCost, PyptoCosts, cost_key, kernel_source, parse_swimlane, roofline_cost
+from perf.costs import KernelCost, PyptoCosts, cost_key, kernel_source, roofline_cost
+from perf.executors import SimOutcome, parse_swimlane, read_swimlanes
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +65,17 @@ def test_cache_round_trip_and_offline_fallback(tg, tmp_path):
     art.mkdir(parents=True)
     (art / "_simulate.swim.json").write_text(json.dumps(
         [{"coreType": "AIV", "tasks": [{"execStart": 9000, "execEnd": 12600}]}]))
-    res = SimpleNamespace(ok=True, cycles=12600, tasks=1, artifacts=tmp_path / "art", error=None)
+    res = SimOutcome(True, cycles=12600, tasks=1, lanes=read_swimlanes(tmp_path / "art"))
     key = cost_key(t, kernel_source(t))
-    src._record(t, key, res)
+    assert src._record(t, key, res)
     hit = PyptoCosts(cache=tmp_path, offline=True).costs(tg, [t.id])[t.id]
     assert hit == KernelCost("pypto", 3600.0, 0.0, 3600.0, total=12600, pypto_tasks=1)
     # a template error is cached as a roofline estimate with the reason; a timeout is not cached
     u = tg.task("hc.hc_post")
-    src._record(u, cost_key(u, kernel_source(u) or "x"), SimpleNamespace(ok=False, error="Record function failed: bad"))
-    src._record(t, "other", SimpleNamespace(ok=False, error="kernel call timed out after 5 s"))
+    failed = cost_key(u, kernel_source(u) or "x")
+    assert src._record(u, failed, SimOutcome(False, "Record function failed: bad"))
+    assert json.loads((tmp_path / f"{failed}.json").read_text())["note"] == "pypto failed: Record function failed: bad"
+    assert not src._record(t, "other", SimOutcome(False, "timed out after 5 s (worker killed)"))
     assert not (tmp_path / "other.json").exists()
 
 
