@@ -34,8 +34,14 @@ from __future__ import annotations
 #   index, one bf16 rounding, each head assembled straight into its place of the group-major pack. Bitwise the
 #   reference's on CPU except where the calculator's exp (torch) and numpy's differ by an f32 ulp (≤ 1 bf16 ulp on
 #   rare points).
-from dspark_ir.ops.attention import (MergeNorm, QkPv, SwaCacheInsertValidBias, SwaCacheWriteback, SwaGatherKv,
-                                     SwaValidBias)
+from dspark_ir.ops.attention import (
+    MergeNorm,
+    QkPv,
+    SwaCacheInsertValidBias,
+    SwaCacheWriteback,
+    SwaGatherKv,
+    SwaValidBias,
+)
 
 from .attention_blocks import PtoGroupMerge, PtoWindowAttn
 from .pto import KernelSpec, RowLoop, Src, cast_expr

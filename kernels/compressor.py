@@ -22,15 +22,32 @@ from typing import NamedTuple
 # loop-variable offset is copied piecewise (tens of tasks): neither is used for masks.
 # The helpers shared with the indexer / top-k-bypass templates (ramp, column views, token tables) and the
 # row-norm and RoPE pieces (numpy's pairwise mean order, pair swap by data movement) are in kernels/vector.py.
-from dspark_ir.ops.compressor import (CmpKvHadamard, CmpKvScoreProj, CmpRmsnormRope, CmpRmsnormRopeCacheWrite,
-                                      CmpScatterSoftmaxPool, IdxKvCacheWrite, RopeGatherRows, RopeInterleave,
-                                      RopeSwapIdx)
+from dspark_ir.ops.compressor import (
+    CmpKvHadamard,
+    CmpKvScoreProj,
+    CmpRmsnormRope,
+    CmpRmsnormRopeCacheWrite,
+    CmpScatterSoftmaxPool,
+    IdxKvCacheWrite,
+    RopeGatherRows,
+    RopeInterleave,
+    RopeSwapIdx,
+)
 
 from .cube import pto_cube_shapes_spread
 from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
 from .registry import template
-from .vector import (PTO_NEG_INF, PtoBlock, pto_align, pto_block_loops, pto_rms_norm_block, pto_rope_rows, pto_scope,
-                     pto_set_tile, pto_tile)
+from .vector import (
+    PTO_NEG_INF,
+    PtoBlock,
+    pto_align,
+    pto_block_loops,
+    pto_rms_norm_block,
+    pto_rope_rows,
+    pto_scope,
+    pto_set_tile,
+    pto_tile,
+)
 
 
 def _pto_pool_token(src: Src, positions: str, b: str, seq: int, ratio: int, tag: str = "") -> tuple[str, str, str]:

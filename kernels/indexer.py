@@ -3,8 +3,17 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/pto.py); mirror the references above.
-from dspark_ir.ops.indexer import (IdxHadamardMatmul, IdxQQuant, IdxQrDequant, IdxQrRope, IdxScore, IdxTopk,
-                                   IdxTopkBounded, IdxWeightsProj, IdxWeightsReduce)
+from dspark_ir.ops.indexer import (
+    IdxHadamardMatmul,
+    IdxQQuant,
+    IdxQrDequant,
+    IdxQrRope,
+    IdxScore,
+    IdxTopk,
+    IdxTopkBounded,
+    IdxWeightsProj,
+    IdxWeightsReduce,
+)
 
 from .cube import pto_split_bounds
 from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile

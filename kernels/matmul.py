@@ -13,7 +13,6 @@ from .cube import CubePlan, pto_col_loop, pto_cube_plan, pto_cube_setup, pto_spl
 from .pto import KernelSpec, RowLoop, Src, row_block, vec_tile
 from .registry import template
 
-
 _PTO_ACC_TILE_BYTES = 64 * 1024  # f32 tiles of the atomic adds: fewer vector tasks after the cube phase
 
 _pto_OUT = {"f32": "pypto.DT_FP32", "bf16": "pypto.DT_BF16", "fp16": "pypto.DT_FP16", "i32": "pypto.DT_INT32"}

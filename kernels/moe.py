@@ -36,8 +36,20 @@ from __future__ import annotations
 # *second*: `mul(col, mat)` is misread by the tensor-graph interpreter (wrong values), `mul(mat, col)` is
 # right (IEEE products commute, so the order costs nothing).
 # Unsupported at EP > 1: see the `unsupported` declarations at the end.
-from dspark_ir.ops.moe import (Combine, DispatchGather, DispatchMeta, DispatchPush, ExpertRouted, ExpertShared, FfnNorm,
-                               Gate, RouteHash, RouteSort, SharedRouted, XNormQuant)
+from dspark_ir.ops.moe import (
+    Combine,
+    DispatchGather,
+    DispatchMeta,
+    DispatchPush,
+    ExpertRouted,
+    ExpertShared,
+    FfnNorm,
+    Gate,
+    RouteHash,
+    RouteSort,
+    SharedRouted,
+    XNormQuant,
+)
 
 from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, py_list, row_block, vec_tile
 from .registry import one_rank_template, template, unsupported

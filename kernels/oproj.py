@@ -9,8 +9,15 @@ from __future__ import annotations
 from dspark_ir.hardware import HARDWARE
 from dspark_ir.ops.oproj import OProjA, OProjB, OProjBDequant, QuantRows
 
-from .cube import (pto_block_loop, pto_col_loop, pto_cube_args, pto_cube_plan, pto_cube_setup, pto_cube_tiles_filled,
-                   pto_view)
+from .cube import (
+    pto_block_loop,
+    pto_col_loop,
+    pto_cube_args,
+    pto_cube_plan,
+    pto_cube_setup,
+    pto_cube_tiles_filled,
+    pto_view,
+)
 from .pto import KernelSpec, RowLoop, Src, cast_expr, ceil_div, round_up, row_block, vec_tile
 from .registry import template
 

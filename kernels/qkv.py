@@ -21,10 +21,22 @@ from dspark_ir.ops.qkv import KvRmsNormRope, QprojDequantRmsNopeRope, QrRmsNormQ
 
 from .pto import KernelSpec, Src, cast_expr
 from .registry import template
-from .vector import (PTO_QPROJ_CHAIN, PTO_T_TILE, pto_align, pto_block_loops, pto_divisor, pto_inv_rms_rows,
-                     pto_qproj_inv_rms, pto_qproj_width, pto_rms_norm_block, pto_rope_rows, pto_scope, pto_swap_index,
-                     pto_tile2, pto_token_units)
-
+from .vector import (
+    PTO_QPROJ_CHAIN,
+    PTO_T_TILE,
+    pto_align,
+    pto_block_loops,
+    pto_divisor,
+    pto_inv_rms_rows,
+    pto_qproj_inv_rms,
+    pto_qproj_width,
+    pto_rms_norm_block,
+    pto_rope_rows,
+    pto_scope,
+    pto_swap_index,
+    pto_tile2,
+    pto_token_units,
+)
 
 _PTO_ROPE_TABLE_ROWS = 32   # tokens per forced subgraph
 

@@ -31,14 +31,36 @@ from __future__ import annotations
 #   `pto_head_tile`, and tile rows dividing the block, `_pto_big_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
-from dspark_ir.ops.sparse import (CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPlan, HcaCmpQkPv, HcaCmpWorkGather,
-                                  HcaRawAttn, HcaRawTranspose, HcaStreamMerge, HcaStreamMergePack, HcaStreamPack,
-                                  KvCacheWriteback, KvTouch, OLocalBridge)
+from dspark_ir.ops.sparse import (
+    CsaMergeNorm,
+    CsaQkPv,
+    CsaSlotsBuildValidQkPlan,
+    HcaCmpQkPv,
+    HcaCmpWorkGather,
+    HcaRawAttn,
+    HcaRawTranspose,
+    HcaStreamMerge,
+    HcaStreamMergePack,
+    HcaStreamPack,
+    KvCacheWriteback,
+    KvTouch,
+    OLocalBridge,
+)
 
 from .attention import pto_scatter_slots
-from .attention_blocks import (PTO_CSA_QK_ROWS, PTO_NEG_ATTN, PTO_TILE_ELEMS, PTO_VECTOR_CORES, PtoGroupMerge,
-                               PtoWindowAttn, pto_cube_wide, pto_head_tile, pto_key_softmax, pto_key_tile,
-                               pto_row_to_col)
+from .attention_blocks import (
+    PTO_CSA_QK_ROWS,
+    PTO_NEG_ATTN,
+    PTO_TILE_ELEMS,
+    PTO_VECTOR_CORES,
+    PtoGroupMerge,
+    PtoWindowAttn,
+    pto_cube_wide,
+    pto_head_tile,
+    pto_key_softmax,
+    pto_key_tile,
+    pto_row_to_col,
+)
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import KernelSpec, Src, cast_expr, vec_tile

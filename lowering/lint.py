@@ -27,7 +27,6 @@ from .hazards import Hazard, ancestors, find_hazards
 from .splitk import order_dependent, split_count
 from .taskgraph import Task, TaskGraph
 
-
 WARNINGS = ("redundant", "duplicate", "orders-nothing", "unanchored-wait", "order-dependent")
 
 

@@ -28,8 +28,16 @@ import numpy as np
 from dspark_ir.ops import get_op
 from kernels import registry
 
-from .codegen import (RUNTIME_SYMBOLS, Template, find_template, inout_input_name, kernel_module, kernel_spec,
-                      op_definition, template_of)
+from .codegen import (
+    RUNTIME_SYMBOLS,
+    Template,
+    find_template,
+    inout_input_name,
+    kernel_module,
+    kernel_spec,
+    op_definition,
+    template_of,
+)
 from .errors import LoweringError
 from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
 from .taskgraph import Task, TaskGraph

@@ -12,7 +12,6 @@ from .infra.contracts import BITWISE
 from .infra.rewriting import set_attrs
 
 
-
 @register_pass
 @dataclass(frozen=True)
 class DequantWorkers(Pass):

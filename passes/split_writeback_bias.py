@@ -14,7 +14,6 @@ from .infra.contracts import BITWISE
 from .infra.rewriting import match_or_skip, replace_node, set_deps
 
 
-
 @dataclass(frozen=True)
 class Site:
     node: Node

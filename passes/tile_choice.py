@@ -5,7 +5,6 @@ import math
 from dataclasses import dataclass
 
 from dspark_ir.graph import Graph, Node
-from dspark_ir.ops.core import Matmul
 from dspark_ir.hardware import HARDWARE
 
 from .infra import policy

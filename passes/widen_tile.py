@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
-from dspark_ir.ops.qkv import KvRmsNormRope, RopeTables
 
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass

@@ -27,7 +27,7 @@ from dspark_ir.hardware import HARDWARE, Hardware
 
 from .costs import FunctionCosts, KernelCost, PyptoCosts, RooflineCosts
 from .estimate import LayerEstimate, estimate
-from .schedule import Schedule, ScheduleParams, SchedTask, schedule
+from .schedule import SchedTask, Schedule, ScheduleParams, schedule
 
 __all__ = [
     "FunctionCosts", "KernelCost", "PyptoCosts", "RooflineCosts", "LayerEstimate", "estimate", "HARDWARE",

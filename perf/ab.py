@@ -22,8 +22,8 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Mapping, Sequence
 
 from .costs import CostSource
-from .estimate import LayerEstimate, estimate, fmt_us, kernel_table
-from .schedule import ScheduleParams, schedule, sched_tasks
+from .estimate import LayerEstimate, estimate, kernel_table
+from .schedule import ScheduleParams, sched_tasks, schedule
 
 CLEANUP = ("canonicalize", "cse", "dce")
 

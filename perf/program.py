@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lowering.taskgraph import TaskGraph
 
-from .schedule import ScheduleParams, SchedTask, schedule
+from .schedule import SchedTask, ScheduleParams, schedule
 
 
 @dataclass

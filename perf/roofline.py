@@ -25,29 +25,76 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dspark_ir.hardware import HARDWARE, ITEMSIZE, Hardware
 from dspark_ir.ops import OpDef, get_op
-from dspark_ir.ops.attention import (MergeNorm, QkPv, SwaCacheInsertValidBias, SwaCacheWriteback, SwaGatherKv,
-                                     SwaValidBias)
+from dspark_ir.ops.attention import (
+    MergeNorm,
+    QkPv,
+    SwaCacheInsertValidBias,
+    SwaCacheWriteback,
+    SwaGatherKv,
+    SwaValidBias,
+)
 from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
-from dspark_ir.ops.compressor import (CmpKvHadamard, CmpKvScoreProj, CmpRmsnormRope, CmpRmsnormRopeCacheWrite,
-                                      CmpScatterSoftmaxPool, IdxKvCacheWrite, RopeGatherRows, RopeInterleave,
-                                      RopeSwapIdx)
+from dspark_ir.ops.compressor import (
+    CmpKvHadamard,
+    CmpKvScoreProj,
+    CmpRmsnormRope,
+    CmpRmsnormRopeCacheWrite,
+    CmpScatterSoftmaxPool,
+    IdxKvCacheWrite,
+    RopeGatherRows,
+    RopeInterleave,
+    RopeSwapIdx,
+)
 from dspark_ir.ops.core import Add, Cast, Concat, Matmul, Mul, Reshape, RmsNorm, Rope, Zeros
 from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
-from dspark_ir.ops.indexer import (IdxHadamardMatmul, IdxQQuant, IdxQrDequant, IdxQrRope, IdxScore, IdxTopk,
-                                   IdxTopkBounded, IdxWeightsProj, IdxWeightsReduce)
-from dspark_ir.ops.moe import (Combine, DispatchGather, DispatchMeta, DispatchPush, ExpertRouted, ExpertShared,
-                               FfnNorm, Gate, RouteHash, RouteSort, SharedRouted, XNormQuant)
+from dspark_ir.ops.indexer import (
+    IdxHadamardMatmul,
+    IdxQQuant,
+    IdxQrDequant,
+    IdxQrRope,
+    IdxScore,
+    IdxTopk,
+    IdxTopkBounded,
+    IdxWeightsProj,
+    IdxWeightsReduce,
+)
+from dspark_ir.ops.moe import (
+    Combine,
+    DispatchGather,
+    DispatchMeta,
+    DispatchPush,
+    ExpertRouted,
+    ExpertShared,
+    FfnNorm,
+    Gate,
+    RouteHash,
+    RouteSort,
+    SharedRouted,
+    XNormQuant,
+)
 from dspark_ir.ops.oproj import OProjA, OProjB, OProjBDequant, QuantRows
 from dspark_ir.ops.qkv import KvRmsNormRope, QprojDequantRmsNopeRope, QrRmsNormQuant, RopeTables
 from dspark_ir.ops.signal import Put, SignalBarrier, SignalNotify, SignalWait, Window
-from dspark_ir.ops.sparse import (CsaMergeNorm, CsaQkPv, CsaSlotsBuildValidQkPlan, HcaCmpQkPv, HcaCmpWorkGather,
-                                  HcaRawAttn, HcaRawTranspose, HcaStreamMerge, HcaStreamMergePack, HcaStreamPack,
-                                  KvCacheWriteback, KvTouch, OLocalBridge)
+from dspark_ir.ops.sparse import (
+    CsaMergeNorm,
+    CsaQkPv,
+    CsaSlotsBuildValidQkPlan,
+    HcaCmpQkPv,
+    HcaCmpWorkGather,
+    HcaRawAttn,
+    HcaRawTranspose,
+    HcaStreamMerge,
+    HcaStreamMergePack,
+    HcaStreamPack,
+    KvCacheWriteback,
+    KvTouch,
+    OLocalBridge,
+)
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.ops.window_release import WindowRelease
-from dspark_ir.hardware import HARDWARE, ITEMSIZE, Hardware
 from lowering.taskgraph import Arg, Task
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import OP_REGISTRY, Attr, OpDef, REQUIRED, get_op, register_op  # noqa: F401
+from .base import OP_REGISTRY, REQUIRED, Attr, OpDef, get_op, register_op  # noqa: F401
 
 _loaded = False
 

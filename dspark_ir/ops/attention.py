@@ -8,9 +8,9 @@ bits. `rope_cs` (6c) is a `rope_tables` node.
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import attention as attention_sem
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from ..types import DType, TensorType
+from .base import REQUIRED, Attr, OpDef, expect, expect_rank, expect_same_dim, register_op
 
 F32, BF16, I32 = DType.fp32, DType.bf16, DType.i32
 

@@ -11,7 +11,7 @@ at import and a renamed `name` needs no other change.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..dims import Dim, Sym, dim

@@ -19,8 +19,8 @@ signal window of the TP credit barrier (§5) is implicit in them.
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import collective as collective_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, register_op
 
 

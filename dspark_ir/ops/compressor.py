@@ -10,8 +10,8 @@ HD = idx_head_dim) and the HCA (r = R, no overlap) compressors; the node names c
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import compressor as compressor_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32

@@ -1,11 +1,12 @@
 """Generic ops: casts, elementwise, layout, matmul, normalisation, seeds and joins."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
 from .. import dims as D
-from ..types import DType, TOKEN, TensorType
-from ..semantics import elementwise as elementwise_sem, matmul as matmul_sem, norm as norm_sem, rope as rope_sem
+from ..semantics import elementwise as elementwise_sem
+from ..semantics import matmul as matmul_sem
+from ..semantics import norm as norm_sem
+from ..semantics import rope as rope_sem
+from ..types import TOKEN, DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 FLOATS = (DType.bf16, DType.fp16, DType.fp32)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import hc as hc_sem
+from ..types import DType, TensorType
 from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32 = DType.fp32

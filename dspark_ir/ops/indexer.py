@@ -11,10 +11,10 @@ max_visible ≤ k the pair can be replaced by `idx_topk_bounded` (0 … visible�
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import indexer as indexer_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
-from .compressor import expect_index_vector, expect_rope_pair, expect_rope_fits, expect_table
+from .compressor import expect_index_vector, expect_rope_fits, expect_rope_pair, expect_table
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32
 FLOATS = (BF16, DType.fp16, F32)

@@ -9,8 +9,8 @@ The exchange ops are collective; the notifiers among them carry `notify_per` (se
 from __future__ import annotations
 
 from ..dims import dim
-from ..types import DType, TensorType
 from ..semantics import moe as moe_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 from .signal import NOTIFY_PER, WAIT_ATTRS, expect_signal
 

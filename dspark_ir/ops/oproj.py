@@ -7,8 +7,8 @@ groups in ascending order.
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import oproj as oproj_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32

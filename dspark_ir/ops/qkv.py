@@ -6,8 +6,8 @@ for wq_b). `rope_tables` is also the SWA/CSA `rope_cs` stage.
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import qkv as qkv_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 
 F32, BF16 = DType.fp32, DType.bf16

@@ -24,8 +24,8 @@ from typing import Any, Iterator, Mapping
 
 from ..dims import Dim, dim
 from ..errors import VerifyError
-from ..types import TOKEN, DType, TensorType
 from ..semantics import signal as signal_sem
+from ..types import TOKEN, DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, register_op
 
 WAIT_ATTRS: dict[str, Attr] = {

@@ -12,10 +12,10 @@ heads) → `hca_stream_pack` (inverse RoPE, bf16, pack). `hca_stream_merge_pack`
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import sparse as sparse_sem
+from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
-from .compressor import expect_index_vector, expect_rope_pair, expect_rope_fits, expect_table
+from .compressor import expect_index_vector, expect_rope_fits, expect_rope_pair, expect_table
 
 F32, BF16, I32 = DType.fp32, DType.bf16, DType.i32
 FLOATS = (BF16, DType.fp16, F32)

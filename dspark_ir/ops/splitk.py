@@ -9,8 +9,8 @@ pass produces these two ops from an atomic matmul (`targets = all`); hc_pre has 
 from __future__ import annotations
 
 from .. import dims as D
-from ..types import DType, TensorType
 from ..semantics import splitk as splitk_sem
+from ..types import DType, TensorType
 from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
 from .hc import HcPreLinearReduce
 

@@ -13,8 +13,8 @@ tasks away (the in-kernel branch of §6(a)); in the reference both always run.
 """
 from __future__ import annotations
 
-from ..types import DType
 from ..semantics import topk_bypass as topk_bypass_sem
+from ..types import DType
 from .base import REQUIRED, Attr, OpDef, expect, expect_same_dim, register_op
 from .indexer import check_visibility, visibility_attrs
 

@@ -15,8 +15,8 @@ any later writer of that window (a WAR edge from the release). It is a rendezvou
 """
 from __future__ import annotations
 
-from ..types import TOKEN
 from ..semantics import window_release as window_release_sem
+from ..types import TOKEN
 from .base import OpDef, register_op
 
 

@@ -16,8 +16,17 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from .adapter import (Memory, SimTask, TaskGraph, kernel_attrs, operand_arrays, reference_of, signal_buffers,
-                      store_results, store_side_effects)
+from .adapter import (
+    Memory,
+    SimTask,
+    TaskGraph,
+    kernel_attrs,
+    operand_arrays,
+    reference_of,
+    signal_buffers,
+    store_results,
+    store_side_effects,
+)
 from .problems import Problem
 
 

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from . import defaults
 from .errors import PipelineError
-from .pipeline import Pipeline, build, parse_entries, parse_pipeline, typed_option
 from .options import option_specs
+from .pipeline import Pipeline, build, parse_entries, parse_pipeline, typed_option
 from .registry import get_pass
 
 ENV_DISABLE = "DSPARK_DISABLE_PASSES"

@@ -9,7 +9,6 @@ from dspark_ir.ops.core import Join
 
 from .base import Skip
 
-
 _PRODUCER = attrgetter("producer")
 
 

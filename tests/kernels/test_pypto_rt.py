@@ -15,8 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.pypto_rt import KernelJob, PyptoError, WorkerPool, run_jobs
-from kernels.pypto_rt import calculator, cycles, diagnose, verify_csv
+from kernels.pypto_rt import KernelJob, PyptoError, WorkerPool, calculator, cycles, diagnose, run_jobs, verify_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]

@@ -110,7 +110,7 @@ def test_stage_is_its_tasks_scheduled_alone(report):
     from fnmatch import fnmatchcase
 
     from perf.ab import STAGES, stage_latency
-    from perf.schedule import schedule, sched_tasks
+    from perf.schedule import sched_tasks, schedule
 
     case = report.cases[0]
     assert case.stage_name == STAGES["decode-swa"][0] and set(case.stage) == {"all-off", "default"}

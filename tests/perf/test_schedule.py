@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from perf.costs import KernelCost
-from perf.schedule import ScheduleError, ScheduleParams, SchedTask, alone_cycles, block_cycles, schedule
+from perf.schedule import SchedTask, ScheduleError, ScheduleParams, alone_cycles, block_cycles, schedule
 
 P = ScheduleParams(cube_cores=2, vector_cores=4, dispatch_cycles=0, clock_hz=1e6)   # 1 cycle = 1 µs
 

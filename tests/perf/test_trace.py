@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from perf.costs import KernelCost
-from perf.schedule import ScheduleParams, SchedTask, schedule
+from perf.schedule import SchedTask, ScheduleParams, schedule
 from perf.trace import trace_json, write_trace
 
 
