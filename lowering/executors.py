@@ -141,7 +141,7 @@ def run_task(task: Task, mems: Sequence[Memory], split_order: Sequence[int] | No
         store_side_effects(task, mem, ops)
 
 
-def _memories(tg: TaskGraph, inputs) -> tuple[list[Memory], bool]:
+def rank_memories(tg: TaskGraph, inputs) -> tuple[list[Memory], bool]:
     single = isinstance(inputs, Mapping)
     per_rank = [inputs] if single else list(inputs)
     if len(per_rank) != tg.ranks:
@@ -149,7 +149,7 @@ def _memories(tg: TaskGraph, inputs) -> tuple[list[Memory], bool]:
     return [Memory(tg, r) for r in per_rank], single
 
 
-def _finish(mems: list[Memory], single: bool):
+def rank_results(mems: list[Memory], single: bool):
     outs = [m.outputs() for m in mems]
     return outs[0] if single else outs
 
@@ -166,12 +166,12 @@ def check_order(tg: TaskGraph, order: Sequence[int]) -> None:
 
 def run_numpy(tg: TaskGraph, inputs, *, order: Sequence[int] | None = None):
     """Run the numpy references in submission order (or `order`, which must respect the deps)."""
-    mems, single = _memories(tg, inputs)
+    mems, single = rank_memories(tg, inputs)
     order = list(range(len(tg))) if order is None else list(order)
     check_order(tg, order)
     for tid in order:
         run_task(tg.tasks[tid], mems)
-    return _finish(mems, single)
+    return rank_results(mems, single)
 
 
 def random_topological_order(tg: TaskGraph, rng: np.random.Generator) -> list[int]:
@@ -200,12 +200,12 @@ def run_shuffled(tg: TaskGraph, inputs, seed: int = 0, *, vary_splits: bool = Tr
     """Run a random valid order of the explicit deps; with `vary_splits`, atomic split reductions add
     their splits in a random order too (else in the reference's ascending order)."""
     rng = np.random.default_rng(seed)
-    mems, single = _memories(tg, inputs)
+    mems, single = rank_memories(tg, inputs)
     order = random_topological_order(tg, rng)
     for tid in order:
         task = tg.tasks[tid]
         run_task(task, mems, random_split_order(task, rng) if vary_splits else None)
-    result = _finish(mems, single)
+    result = rank_results(mems, single)
     return (result, order) if return_order else result
 
 

@@ -39,7 +39,7 @@ from .codegen import (
     template_of,
 )
 from .errors import LoweringError
-from .executors import Memory, _finish, _memories, kernel_attrs, operand_arrays, reference_of, run_task
+from .executors import Memory, kernel_attrs, operand_arrays, rank_memories, rank_results, reference_of, run_task
 from .taskgraph import Task, TaskGraph
 
 # Where a task runs under the pypto executor (`TaskRun.backend`).
@@ -133,7 +133,7 @@ class PyptoReport:
         return lines
 
 
-def _job(task: Task, tg: TaskGraph, mem: Memory, mode: str, golden: bool | Mapping[str, np.ndarray],
+def kernel_job(task: Task, tg: TaskGraph, mem: Memory, mode: str, golden: bool | Mapping[str, np.ndarray],
          runtime_symbols, source: str | None = None) -> Any:
     """The harness job of one task on one rank's memory. `golden`: True = the numpy reference's outputs
     (a local op), or the goldens themselves (a collective's rank share). Arrays the kernel does not take
@@ -260,7 +260,7 @@ def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, 
     runtime_symbols = tuple(runtime_symbols)
     report = report if report is not None else PyptoReport()
     start = time.perf_counter()
-    mems, single = _memories(tg, inputs)
+    mems, single = rank_memories(tg, inputs)
     pending: list[tuple[TaskRun, Any]] = []  # (run, result): verify rows come when the workers exit
     pool = WorkerPool(workers, timeout)
     try:
@@ -287,7 +287,7 @@ def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, 
             for run, res in pending:  # every rank's rows must pass
                 run.verify_ok = res.verify_ok if run.verify_ok is None else run.verify_ok and res.verify_ok
             report.wall_s = time.perf_counter() - start
-    return _finish(mems, single)
+    return rank_results(mems, single)
 
 
 def _run_wave(tg, on_pypto, mems, pool, mode, runtime_symbols, sources, report, pending) -> None:
@@ -300,7 +300,7 @@ def _run_wave(tg, on_pypto, mems, pool, mode, runtime_symbols, sources, report, 
         source = sources.get(t.id)
         for mem, golden in zip(mems, goldens):  # one job per task and rank
             placed.append((t, why, mem))
-            jobs.append(_job(t, tg, mem, mode, golden, runtime_symbols, source))
+            jobs.append(kernel_job(t, tg, mem, mode, golden, runtime_symbols, source))
     report.jobs += len(jobs)
     results = pool.run(jobs)
     runs: dict[int, TaskRun] = {}
@@ -376,16 +376,16 @@ def zeros_job(task: Task, tg: TaskGraph, mode: str = "compile", runtime_symbols:
     runtime_symbols = tuple(runtime_symbols)
     spec = kernel_spec(task, runtime_symbols)
     params = {t.name for t in spec.params()}
-    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): (tuple(a.shape), _np_dtype(a.dtype))
+    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): (tuple(a.shape), np_dtype(a.dtype))
               for a in task.args if a.reads}
-    outputs = {a.param: (tuple(a.shape), _np_dtype(a.dtype)) for a in task.args if a.writes}
+    outputs = {a.param: (tuple(a.shape), np_dtype(a.dtype)) for a in task.args if a.writes}
     inputs = {k: v for k, v in inputs.items() if k in params}
     outputs = {k: v for k, v in outputs.items() if k in params}
     return KernelJob(task_source(task, tg, runtime_symbols), task.kernel, inputs, outputs, mode=mode,
                      label=task.name)
 
 
-def _np_dtype(name: str) -> np.dtype:
+def np_dtype(name: str) -> np.dtype:
     from dspark_ir.semantics.dtypes import NP_DTYPES
 
     return np.dtype(NP_DTYPES[name])

@@ -159,7 +159,7 @@ def _single(config: str, kind: str):
     from dspark_ir import layers as L
     from dspark_ir.graph import Graph
 
-    from .model import SHARED_SYMBOLS, _splice
+    from .model import SHARED_SYMBOLS, splice_layer
 
     att = L.build(f"decode-{kind}", config=config)
     moe = L.build("moe", config=config, layer_id=3)
@@ -168,8 +168,8 @@ def _single(config: str, kind: str):
     g = Graph(f"{config}_decoder_layer", symbols, {"config": config, "tp": att.attributes.get("tp"),
                                                    "ranks": ranks, "layer": "model", "layers": 1})
     shared: dict = {}
-    x = _splice(g, att, "L0.", None, shared)
-    x = _splice(g, moe, "L0.moe.", x, shared)
+    x = splice_layer(g, att, "L0.", None, shared)
+    x = splice_layer(g, moe, "L0.moe.", x, shared)
     g.returns.insert(0, x)
     g.set_returns(g.returns)
     return g

@@ -42,7 +42,7 @@ def _fold_type(t, env):
     return t.with_shape([_fold(d, local) for d in t.shape]) if local else t
 
 
-def _splice(model: Graph, g: Graph, prefix: str, x_in: Value | None, shared: dict[str, Value]) -> Value:
+def splice_layer(model: Graph, g: Graph, prefix: str, x_in: Value | None, shared: dict[str, Value]) -> Value:
     """Copy `g` into `model` with names prefixed; returns the copy of g's first return (x_out)."""
     env = {k: v for k, v in g.env.items() if k not in SHARED_SYMBOLS}
     mapping: dict[str, Value] = {}
@@ -94,9 +94,9 @@ def model_graph(config: str = "flash", *, tp: int | None = None, batch: int | No
     shared: dict[str, Value] = {}
     x: Value | None = None
     for i, kind in enumerate(kinds):
-        x = _splice(model, layer(_KIND_LAYER[kind]), f"L{i}.", x, shared)
+        x = splice_layer(model, layer(_KIND_LAYER[kind]), f"L{i}.", x, shared)
         if moe:
-            x = _splice(model, layer("moe", layer_id=i % len(layer_kinds(cfg))), f"L{i}.moe.", x, shared)
+            x = splice_layer(model, layer("moe", layer_id=i % len(layer_kinds(cfg))), f"L{i}.moe.", x, shared)
     model.returns.insert(0, x)
     model.set_returns(model.returns)
     return model

@@ -52,7 +52,7 @@ def layer_program(tg: TaskGraph) -> Program:
 
     def current(arg) -> str:
         v = version.get(arg.view.buffer, 0)
-        return "T__" + _ident(arg.view.buffer) + (f"__v{v}" if v else "")
+        return "T__" + pypto_ident(arg.view.buffer) + (f"__v{v}" if v else "")
 
     def tensor(arg) -> str:
         buf, v, name = arg.view.buffer, version.get(arg.view.buffer, 0), current(arg)
@@ -120,7 +120,7 @@ def _dims(shape, dynamic_lead: bool) -> str:
     return ", ".join(dims)
 
 
-def _ident(name: str) -> str:
+def pypto_ident(name: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", name)
     return s if s and not s[0].isdigit() else "b_" + s
 

@@ -23,7 +23,7 @@ idx_topk, see below):
   of cmp_scatter_softmax_pool.
 * cmp_rmsnorm_rope, cmp_rmsnorm_rope_cache_write (sqrt) and the pooled output of cmp_scatter_softmax_pool (exp):
   every op and summation order is the reference's, but the CPU calculator evaluates SQRT and EXP with torch
-  (tests/kernels/test_templates_swa.py `_calculator_libm`). So: bitwise equal to the reference evaluated with
+  (tests/kernels/test_templates_swa.py `calculator_libm`). So: bitwise equal to the reference evaluated with
   torch's sqrt/exp, and against the plain reference f32 within 4 ulps (sqrt), bf16 within 1 ulp on ≤ 0.1 % of
   points, pooled within 2⁻¹⁸·Σ_rows|kv|·w (torch's f32 exp is up to 2 ulps off numpy's; measured ≤ 1.2e-7 abs).
 * cmp_kv_score_proj, idx_weights_proj, idx_hadamard_matmul: the cube accumulates in f32 where the reference
@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.kernels.test_templates_swa import _calculator_libm, _units
+from tests.kernels.test_templates_swa import calculator_libm, ulp_units
 
 pytestmark = pytest.mark.pypto
 
@@ -77,7 +77,7 @@ def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) 
     from dspark_ir import layers
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
-    from lowering.pypto_exec import _job
+    from lowering.pypto_exec import kernel_job
 
     ctx = passes.PassContext(disabled=disabled)
     g = passes.run_pipeline(layers.build(layer, config="tiny", tp=1, **params), ctx=ctx).graph
@@ -89,7 +89,7 @@ def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) 
             continue
         if t.op in ops and _kernel_key(t) not in seen:
             seen.add(_kernel_key(t))
-            out[f"{prefix}{t.name}"] = (t, _job(t, tg, mem, "full", True, ("T",)))
+            out[f"{prefix}{t.name}"] = (t, kernel_job(t, tg, mem, "full", True, ("T",)))
         run_task(t, [mem])
     return out
 
@@ -105,7 +105,7 @@ def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
         if a.reads:
             args[a.index] = inputs[a.param if a.direction == "in" else inout_input_name(a.param)]
     if libm:
-        with _calculator_libm():
+        with calculator_libm():
             out = reference_of(task)(*args, **kernel_attrs(task))
     else:
         out = reference_of(task)(*args, **kernel_attrs(task))
@@ -282,7 +282,7 @@ def _check_libm(task, job, res) -> None:
             bound = 2.0 ** -18 * _pool_scale(task, job) + 1e-30
             assert np.all(np.abs(got.astype(np.float64) - want) <= bound), f"{name}: beyond 2^-18·Σ|kv|w"
             continue
-        u = np.where(got == want, 0, _units(got, want))
+        u = np.where(got == want, 0, ulp_units(got, want))
         if got.dtype == np.float32:
             assert u.max(initial=0) <= 4, f"{name}: {u.max()} ulps"
         else:
@@ -371,7 +371,7 @@ def _check(task, job, res) -> None:
     else:
         assert task.op == "cmp_kv_hadamard", task.op
         got, want = res.outputs["out"], job.goldens["out"]
-        u = np.where(got == want, 0, _units(got, want))
+        u = np.where(got == want, 0, ulp_units(got, want))
         assert u.max(initial=0) <= 1 and (u > 0).mean() <= 0.01, f"{(u > 0).sum()} points, {u.max()} ulps"
 
 

@@ -26,7 +26,7 @@ from dspark_ir import parse_graph, verify
 from lowering import build_task_graph
 from lowering.codegen import kernel_module
 from lowering.executors import Memory, operand_arrays, reference_of, run_task
-from lowering.pypto_exec import _job
+from lowering.pypto_exec import kernel_job
 from tests.lowering.pypto_cases import Case, case_inputs, check_case, ulps
 
 pytestmark = pytest.mark.pypto
@@ -89,7 +89,7 @@ def _golden(task, mem) -> dict[str, np.ndarray]:
 
 
 def _full_job(task, tg, mem):
-    job = _job(task, tg, mem, "full", False, RUNTIME)
+    job = kernel_job(task, tg, mem, "full", False, RUNTIME)
     job.inputs = {k: np.array(v, copy=True) for k, v in job.inputs.items()}  # later numpy tasks write mem
     job.goldens = _golden(task, mem)
     return job
@@ -164,11 +164,11 @@ def _rope_flash_jobs():
 
 def _compile_job(tg, task, job_cls):
     from lowering.codegen import inout_input_name
-    from lowering.pypto_exec import _np_dtype
+    from lowering.pypto_exec import np_dtype
 
-    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): np.zeros(a.shape, _np_dtype(a.dtype))
+    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): np.zeros(a.shape, np_dtype(a.dtype))
               for a in task.args if a.reads}
-    outputs = {a.param: np.zeros(a.shape, _np_dtype(a.dtype)) for a in task.args if a.writes}
+    outputs = {a.param: np.zeros(a.shape, np_dtype(a.dtype)) for a in task.args if a.writes}
     return job_cls(kernel_module(task, tg, runtime_symbols=RUNTIME), task.kernel, inputs, outputs, mode="compile",
                    label=task.name)
 

@@ -39,7 +39,7 @@ from dspark_ir import parse_graph, verify
 from kernels.pto import module_prelude
 from lowering import build_task_graph
 from lowering.executors import Memory, run_task
-from lowering.pypto_exec import _job
+from lowering.pypto_exec import kernel_job
 from tests.lowering.pypto_cases import ulps
 
 pytestmark = pytest.mark.pypto
@@ -61,7 +61,7 @@ def _poisoned(shape, dtype) -> np.ndarray:
 def _full_job(task, tg, mem):
     from kernels.pypto_rt import KernelJob
 
-    job = _job(task, tg, mem, "full", True, RUNTIME)
+    job = kernel_job(task, tg, mem, "full", True, RUNTIME)
     outputs = {}
     for name, spec in job.outputs.items():
         outputs[name] = spec if isinstance(spec, np.ndarray) else _poisoned(*spec)
@@ -109,7 +109,7 @@ def _ep1_collective_jobs() -> dict:
     for t in tg.tasks:
         if t.op in _one_rank_forms():
             source = module_prelude() + "\n\n" + _one_rank_forms()[t.op](kernel_spec(t, RUNTIME))
-            job = _job(t, tg, mem, "full", False, RUNTIME, source=source)
+            job = kernel_job(t, tg, mem, "full", False, RUNTIME, source=source)
             value = reference_of(t)([operand_arrays(t, mem)], ranks=1, **kernel_attrs(t))[0]
             values = value if isinstance(value, tuple) else (value,)
             goldens = {}
@@ -257,11 +257,11 @@ def _synthetic_jobs() -> dict:
 def _compile_job(tg, task):
     from kernels.pypto_rt import KernelJob
     from lowering.codegen import inout_input_name, kernel_module
-    from lowering.pypto_exec import _np_dtype
+    from lowering.pypto_exec import np_dtype
 
-    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): np.zeros(a.shape, _np_dtype(a.dtype))
+    inputs = {a.param if a.direction == "in" else inout_input_name(a.param): np.zeros(a.shape, np_dtype(a.dtype))
               for a in task.args if a.reads}
-    outputs = {a.param: np.zeros(a.shape, _np_dtype(a.dtype)) for a in task.args if a.writes}
+    outputs = {a.param: np.zeros(a.shape, np_dtype(a.dtype)) for a in task.args if a.writes}
     return KernelJob(kernel_module(task, tg, runtime_symbols=RUNTIME), task.kernel, inputs, outputs,
                      mode="compile", label=task.name)
 

@@ -211,7 +211,7 @@ def _layer_jobs() -> dict:
     from dspark_ir import layers
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
-    from lowering.pypto_exec import _job
+    from lowering.pypto_exec import kernel_job
 
     out = {}
     for layer, piped in sorted(set(LAYER_TASKS.values())):
@@ -222,7 +222,7 @@ def _layer_jobs() -> dict:
         mem = Memory(tg, runner.layer_inputs(g, 0))
         for t in tg.tasks:
             if LAYER_TASKS.get(t.name) == (layer, piped):
-                out[t.name] = (t, _job(t, tg, mem, "full", True, ("T",)))
+                out[t.name] = (t, kernel_job(t, tg, mem, "full", True, ("T",)))
             if not t.is_dummy:
                 run_task(t, [mem])
     return out
@@ -367,7 +367,7 @@ def _edge_jobs() -> dict:
     from dspark_ir import parse_graph, verify
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
-    from lowering.pypto_exec import _job
+    from lowering.pypto_exec import kernel_job
     from tests.lowering.pypto_cases import Case, case_inputs
 
     out = {}
@@ -380,7 +380,7 @@ def _edge_jobs() -> dict:
             run_task(t, [mem])
         task = tg.kernels[-1]
         assert task.op == op
-        out[name] = (task, _job(task, tg, mem, "full", True, ("T",)))
+        out[name] = (task, kernel_job(task, tg, mem, "full", True, ("T",)))
     return out
 
 

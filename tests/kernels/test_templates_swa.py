@@ -17,7 +17,7 @@ Comparisons (res.ok, inputs untouched, and pypto's own tensor-graph + 6 default 
 * qr_rms_norm_quant, qproj_dequant_rms_nope_rope, kv_rms_norm_rope, merge_norm: every op and the summation
   order are the reference's, but pypto's CPU calculator evaluates SQRT and EXP with torch, whose f32 sqrt is
   1 ulp off the correctly rounded value on ~0.6 % of arguments and whose exp differs from numpy's by 1 ulp on
-  many. So: bitwise equal to the reference evaluated with torch's sqrt/exp (`_calculator_libm`), and against
+  many. So: bitwise equal to the reference evaluated with torch's sqrt/exp (`calculator_libm`), and against
   the plain reference within 1 bf16 ulp / 1 int8 LSB on ≤ 0.1 % of points, the f32 q8 scale within 4 ulps
   (measured: 1 bf16 point in 16384; 1 scale row of 37 at 2 ulps).
 * qk_pv: the cube accumulates q·Kᵀ and rb(p)·K in f32 where the reference rounds an f64 sum once. Bounds per
@@ -49,7 +49,7 @@ LIBM_OPS = {"qr_rms_norm_quant": "sqrt", "qproj_dequant_rms_nope_rope": "sqrt", 
 
 
 @contextmanager
-def _calculator_libm():
+def calculator_libm():
     """numpy's f32 sqrt and exp replaced by torch's: what pypto's CPU calculator evaluates SQRT and EXP with.
     torch 2.13's f32 sqrt is not correctly rounded (1 ulp off on ~0.6 % of arguments) and its exp differs from
     numpy's by 1 ulp on many arguments; both are deterministic per value (independent of the tensor shape)."""
@@ -81,7 +81,7 @@ def _calculator_golden(task, job) -> dict[str, np.ndarray]:
     for a in task.args:
         if a.reads:
             args[a.index] = job.inputs[a.param if a.direction == "in" else inout_input_name(a.param)]
-    with _calculator_libm():
+    with calculator_libm():
         out = reference_of(task)(*args, **kernel_attrs(task))
     outs = out if isinstance(out, tuple) else (out,)
     by_operand = {a.index: a.param for a in task.args if a.direction == "inout"}
@@ -93,7 +93,7 @@ def _calculator_golden(task, job) -> dict[str, np.ndarray]:
     return golden
 
 
-def _units(got, want) -> np.ndarray:
+def ulp_units(got, want) -> np.ndarray:
     """Per-point distance in units of the output dtype (LSBs for integers, ulps for floats)."""
     if got.dtype.kind in "iu":
         return np.abs(got.astype(np.int64) - want.astype(np.int64))
@@ -111,9 +111,9 @@ def _check_libm(task, job, res) -> None:
         assert got.dtype == want.dtype and got.shape == want.shape, name
         exact = calc[name].astype(want.dtype)
         assert np.array_equal(got.view(np.uint8), exact.view(np.uint8)), \
-            f"{name}: {(_units(got, exact) > 0).sum()} points differ from the reference under the calculator's " \
+            f"{name}: {(ulp_units(got, exact) > 0).sum()} points differ from the reference under the calculator's " \
             f"{LIBM_OPS[task.op]}"
-        u = _units(got, want)
+        u = ulp_units(got, want)
         if got.dtype == np.float32:
             assert u.max(initial=0) <= 4, f"{name}: {u.max()} ulps"
         else:
@@ -171,7 +171,7 @@ def test_calculator_libm_is_torchs():
     x = np.random.default_rng(0).random(1 << 16, dtype=np.float32) * 100
     y = x / np.float32(10) - np.float32(5)
     saved = np.sqrt, np.exp
-    with _calculator_libm():
+    with calculator_libm():
         inside_sqrt, inside_exp = np.sqrt(x), np.exp(y)
     assert (np.sqrt, np.exp) == saved
     assert np.array_equal(inside_sqrt, torch.sqrt(torch.from_numpy(x)).numpy())
@@ -187,7 +187,7 @@ def layer_batch():
     from kernels.pypto_rt import run_jobs
     from lowering import build_task_graph
     from lowering.executors import Memory, run_task
-    from lowering.pypto_exec import _job
+    from lowering.pypto_exec import kernel_job
 
     g = layers.build("decode-swa", config="tiny", tp=1)
     tg = build_task_graph(g)
@@ -195,7 +195,7 @@ def layer_batch():
     jobs, meta = [], []
     for t in tg.tasks:
         if t.op in SWA_OPS:
-            jobs.append(_job(t, tg, mem, "full", True, ("T",)))
+            jobs.append(kernel_job(t, tg, mem, "full", True, ("T",)))
             meta.append((t.name, t))
         if not t.is_dummy:
             run_task(t, [mem])

@@ -14,7 +14,7 @@ import numpy as np
 from dspark_ir import parse_graph, verify
 from lowering import build_task_graph
 from lowering.executors import Memory, run_task
-from lowering.pypto_exec import _job
+from lowering.pypto_exec import kernel_job
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def run_cases(cases: dict[str, Case], workers: int = 2) -> dict:
         for t in tg.kernels[:-1]:
             run_task(t, [mem])
         task = tg.kernels[-1]
-        jobs.append(_job(task, tg, mem, "full", True, ("T",)))
+        jobs.append(kernel_job(task, tg, mem, "full", True, ("T",)))
         meta.append((name, task))
     results = run_jobs(jobs, 300, workers=workers)
     return {name: (task, job, res) for (name, task), job, res in zip(meta, jobs, results)}

@@ -81,8 +81,8 @@ def test_a_dynamic_in_place_reshape_of_a_static_tensor_is_left_out():
     assert tg.task("hca.hca_raw_attn").id in prog.tasks
     assert not [n for n, w in why.items() if w.startswith("shares") and n != "hca.hca_cmp_qk_pv"]
     # what it would have written stays a program input of its readers (no version of it without a writer)
-    from perf.program import _ident
+    from perf.program import pypto_ident
 
-    written = {"T__" + _ident(a.view.buffer) for a in tg.task("hca.hca_cmp_qk_pv").args if a.writes}
+    written = {"T__" + pypto_ident(a.view.buffer) for a in tg.task("hca.hca_cmp_qk_pv").args if a.writes}
     assert written and written <= set(prog.inputs)
     assert not [n for n in prog.outputs if n.split("__v")[0] in written]
