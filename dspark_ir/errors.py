@@ -30,6 +30,10 @@ class ShapeError(DsparkError):
     """An op's shape or dtype rule rejected its operands or attributes."""
 
 
+class DimError(DsparkError, ValueError):
+    """A dim expression divides by zero or by a negative number (when built, or when its symbols are bound)."""
+
+
 class VerifyError(DsparkError):
     """A graph broke an IR invariant."""
 
