@@ -25,6 +25,8 @@ from .strings import TOKEN as STRING, unquote
 
 MAX_INT = 2**63 - 1
 MAX_DIM_TOKENS = 100   # a dim this short nests less deep than the lark path's limit (MAX_DIM_DEPTH)
+MAX_NAME = 1024        # characters in a name (%value, @graph, symbol, op, attribute)
+MAX_RUN_TOKENS = 10000 # tokens without a %value: attribute dicts and types are far shorter
 MAX_LIST_DEPTH = 16    # attribute lists nest one or two levels; deeper is an error (the lark path reports it)
 
 # Every run is possessive (*+): a pattern never gives back what a run took, so no match backtracks (a failing
@@ -112,7 +114,7 @@ class _Reader:
 
     def graph(self) -> Graph:
         head = self.match(_GRAPH)
-        g = Graph(head.group(1)[1:])
+        g = Graph(_short(head.group(1)[1:]))
         g.loc = self.loc(head.start(1))
         if self.text.startswith("<", self.pos):
             self.symbols(g)
@@ -138,7 +140,7 @@ class _Reader:
         self.expect("<")
         while not self.text.startswith(">", self.pos):
             m = self.match(_SYMBOL)
-            if m.group(1) in g.symbols:
+            if _short(m.group(1)) in g.symbols:
                 raise Unsupported(f"symbol '{m.group(1)}' declared twice")
             g.symbols[m.group(1)] = None if m.group(2) is None else _int(m.group(2))
             if not self.text.startswith(">", self.pos):
@@ -150,7 +152,7 @@ class _Reader:
     def params(self, g: Graph) -> None:
         while not self.text.startswith(")", self.pos):
             m = self.match(_PARAM)
-            name = m.group(1)[1:]
+            name = _short(m.group(1)[1:])
             _check_fresh(g, name)
             g.add_param(name, self.type_list(m.group(2))[0], inout=m.group(3) is not None)
             if not self.text.startswith(")", self.pos):
@@ -197,7 +199,16 @@ class _Reader:
 
 def _names(text: str) -> list[str]:
     """The names of a comma-separated list of %values (already matched by VALUES)."""
-    return [part.strip(_NAME_STRIP)[1:] for part in text.split(",")] if text else []
+    names = [part.strip(_NAME_STRIP)[1:] for part in text.split(",")] if text else []
+    for name in names:
+        _short(name)
+    return names
+
+
+def _short(name: str) -> str:
+    if len(name) >= MAX_NAME:
+        raise Unsupported("a long name")
+    return name
 
 
 def _check_fresh(g: Graph, name: str) -> None:
@@ -241,6 +252,8 @@ class _Values:
                 raise Unsupported(f"unexpected character {text[pos]!r}")
             self.tokens.append((m.lastgroup, m.group(m.lastgroup)))
             pos = m.end()
+            if len(self.tokens) > MAX_RUN_TOKENS or (m.lastgroup == "ident" and pos - m.start() > MAX_NAME):
+                raise Unsupported("too many tokens, or a long name")
         self.tokens.append(("end", ""))
         self.i = 0
 

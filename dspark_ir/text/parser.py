@@ -13,12 +13,15 @@ from ..errors import DsparkError, ParseError, did_you_mean
 from ..graph import Graph, Module, Node, Value
 from ..ops import OP_REGISTRY, get_op, load_all
 from ..types import TOKEN, TensorType, dtype
-from .fastparse import MAX_LIST_DEPTH, Unsupported, parse_fast
+from .fastparse import MAX_LIST_DEPTH, MAX_NAME, MAX_RUN_TOKENS, Unsupported, parse_fast
 from .plain import plain
 from .strings import StringError, unquote
 
 GRAMMAR = Path(__file__).with_name("dsir.lark")
 MAX_INPUT_BYTES = 64 << 20     # a 43-layer model prints to a few MB
+
+MAX_PARSER_STACK = 1000       # LALR states: a statement takes a few dozen, a dim nested MAX_DIM_DEPTH deep ~700
+_NAMES = {"VALUE", "IDENT", "GRAPH_NAME", "OP_NAME"}
 
 _TERMINAL_NAMES = {
     "VALUE": "a value (%name)", "OP_NAME": "an op name", "IDENT": "a name", "INT": "an integer",
@@ -79,8 +82,12 @@ def parse_graph(text: str, filename: str = "<input>") -> Graph:
 def parse_file(path: str | Path) -> Module:
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)     # never more than the limit in memory
+        chunks, size = [], 0
+        with path.open("rb") as f:              # in chunks: never much more than the limit in memory
+            while size <= MAX_INPUT_BYTES and (chunk := f.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
         text = data.decode()
     except OSError as e:
         raise ParseError(f"cannot read file: {e.strerror}", str(path)) from None
@@ -101,8 +108,22 @@ def parse_dim_text(text: str) -> D.Dim:
 
 
 def _parse_tree(text: str, filename: str, start: str) -> Tree:
+    """The lark parse, token by token, so that nesting, names and runs of tokens stay bounded: a 10 MB input of
+    '[' or of 'T+T+...' is refused at its first few thousand tokens, not after minutes and gigabytes."""
     try:
-        return _lark(start).parse(text)
+        parser = _lark(start).parse_interactive(text)
+        stack = parser.parser_state.state_stack
+        token, run = None, 0
+        for token in parser.iter_parse():
+            run = 0 if token.type == "VALUE" else run + 1
+            if len(stack) > MAX_PARSER_STACK:
+                raise ParseError("input nested too deeply", _loc(filename, token))
+            if run > MAX_RUN_TOKENS:
+                raise ParseError(f"more than {MAX_RUN_TOKENS} tokens without a %value (no attribute, type or "
+                                 "header is that long)", _loc(filename, token))
+            if len(token) > MAX_NAME and token.type in _NAMES:
+                raise ParseError(f"name longer than {MAX_NAME} characters", _loc(filename, token))
+        return parser.feed_eof(token)
     except UnexpectedInput as e:
         raise ParseError(_describe(e), f"{filename}:{e.line}:{e.column}") from None
     except RecursionError:
