@@ -25,7 +25,7 @@ from .strings import TOKEN as STRING, unquote
 
 MAX_INT = 2**63 - 1
 MAX_DIM_TOKENS = 100   # a dim this short nests less deep than the lark path's limit (MAX_DIM_DEPTH)
-MAX_NAME = 1024        # characters in a name (%value, @graph, symbol, op, attribute)
+MAX_NAME = 1024        # characters in a name (%value and @graph without their sigil, symbol, op, attribute)
 MAX_RUN_TOKENS = 10000 # tokens without a %value: attribute dicts and types are far shorter
 MAX_LIST_DEPTH = 16    # attribute lists nest one or two levels; deeper is an error (the lark path reports it)
 
@@ -206,7 +206,7 @@ def _names(text: str) -> list[str]:
 
 
 def _short(name: str) -> str:
-    if len(name) >= MAX_NAME:
+    if len(name) > MAX_NAME:
         raise Unsupported("a long name")
     return name
 

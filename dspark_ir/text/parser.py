@@ -121,7 +121,7 @@ def _parse_tree(text: str, filename: str, start: str) -> Tree:
             if run > MAX_RUN_TOKENS:
                 raise ParseError(f"more than {MAX_RUN_TOKENS} tokens without a %value (no attribute, type or "
                                  "header is that long)", _loc(filename, token))
-            if len(token) > MAX_NAME and token.type in _NAMES:
+            if len(token) > MAX_NAME and token.type in _NAMES and len(token.lstrip("%@")) > MAX_NAME:
                 raise ParseError(f"name longer than {MAX_NAME} characters", _loc(filename, token))
         return parser.feed_eof(token)
     except UnexpectedInput as e:
