@@ -91,7 +91,7 @@ def _check_header(g: Graph) -> Iterator[VerifyError]:
         if unknown:
             yield _err(f"parameter %{p.name} uses undeclared symbol '{sorted(unknown)[0]}'", where)
         else:
-            problem = extent_problem(p.type, env)
+            problem = _extent_problem(p.type, env)
             if problem:
                 yield _err(f"parameter %{p.name}: {problem}", where)
         if p.inout and p.type.is_token:
@@ -100,7 +100,7 @@ def _check_header(g: Graph) -> Iterator[VerifyError]:
         yield _err("graph returns nothing", where)
 
 
-def extent_problem(t: TensorType, env: Mapping[str, int]) -> str | None:
+def _extent_problem(t: TensorType, env: Mapping[str, int]) -> str | None:
     """Why a type's shape is not a list of extents >= 0 once `env` binds its symbols, or None."""
     for d in t.shape:
         problem = _dim_problem(d, env)
@@ -142,7 +142,8 @@ def _attr_problems(attrs: Mapping[str, Any], declared: set[str], env: Mapping[st
                 continue
             n = d.value(env)
             if key == "blocks" and n is not None and n < 1:
-                problems.append(f"attribute 'blocks' must be at least 1, got {d}" + (f" = {n}" if str(n) != str(d) else ""))
+                value = f"{d}" if str(d) == str(n) else f"{d} = {n}"
+                problems.append(f"attribute 'blocks' must be at least 1, got {value}")
     return problems
 
 
@@ -204,13 +205,13 @@ class _Rules:
     def __init__(self):
         self._known: dict[tuple, _Rule] = {}
         self._unknown: dict[int, tuple] = {}     # id(type) → (type, its undeclared symbols)
-        self._extent: dict[int, tuple] = {}      # id(type) → (type, extent_problem(type))
+        self._extent: dict[int, tuple] = {}      # id(type) → (type, _extent_problem(type))
 
     def extent_problem(self, t: TensorType, env: dict[str, int]) -> str | None:
-        """extent_problem(t, env) (the graph's env: the same throughout a check)."""
+        """_extent_problem(t, env) (the graph's env: the same throughout a check)."""
         known = self._extent.get(id(t))
         if known is None or known[0] is not t:
-            known = self._extent[id(t)] = (t, extent_problem(t, env))
+            known = self._extent[id(t)] = (t, _extent_problem(t, env))
         return known[1]
 
     def undeclared(self, t: TensorType, declared: set[str]) -> frozenset[str]:
