@@ -130,3 +130,24 @@ def test_numerics_on_a_huge_graph_refuse_in_one_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 2 and len(err.splitlines()) == 1 and peak < MEMORY_BUDGET, err
     assert "graph '@g': its values would need 32 GiB over 1 rank(s) (T = 16777216), more than the 8 GiB" in err
+
+
+def test_a_64_kb_whitespace_run_anywhere_parses_in_linear_time():
+    """The fast path's regexes once backtracked quadratically on whitespace runs (64 KB: ~60 s)."""
+    import re
+
+    from dspark_ir import parse_module
+    from dspark_ir.errors import DsparkError
+
+    cuts = sorted({m.start() for m in re.finditer(r"\b|[^\w\s]", EXAMPLE)})
+    parse_module(EXAMPLE, "warm.dsir")        # the grammar and the op modules load once
+    slowest = 0.0
+    for i in cuts:
+        for run in (" " * 65536, "\n" * 65536):
+            start = time.process_time()
+            try:
+                parse_module(EXAMPLE[:i] + run + EXAMPLE[i:], "ws.dsir")
+            except DsparkError as e:
+                assert "\n" not in str(e)
+            slowest = max(slowest, time.process_time() - start)
+    assert len(cuts) > 300 and slowest < 0.5, slowest
