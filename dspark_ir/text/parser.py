@@ -20,7 +20,7 @@ from .strings import StringError, unquote
 GRAMMAR = Path(__file__).with_name("dsir.lark")
 MAX_INPUT_BYTES = 64 << 20     # a 43-layer model prints to a few MB
 
-MAX_PARSER_STACK = 1000       # LALR states: a statement takes a few dozen, a dim nested MAX_DIM_DEPTH deep ~700
+MAX_PARSER_STACK = 1000       # LALR states: the flash model needs 29, a dim nested MAX_DIM_DEPTH deep ~300
 _NAMES = {"VALUE", "IDENT", "GRAPH_NAME", "OP_NAME"}
 
 _TERMINAL_NAMES = {
