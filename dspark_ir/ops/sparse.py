@@ -353,8 +353,9 @@ class HcaStreamPack(_SparseOp):
     def infer(self, ins, attrs):
         heads, cos, sin, swap = ins
         expect(heads.rank == 3 and heads.dtype == F32, f"heads must be f32[T, H, HD], got {heads}")
+        packed = _packed(heads, cos, sin, attrs["o_groups"])
         _swap(swap, cos)
-        return [_packed(heads, cos, sin, attrs["o_groups"])]
+        return [packed]
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
