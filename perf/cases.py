@@ -142,8 +142,8 @@ def load_file(path: Path) -> list[CorpusCase]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        where = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
-        raise CaseError(f"{where}: {re.sub(r' ?[(]at line.*[)]', '', str(e))}") from None
+        line = f"{m.group(1)}:{m.group(2)}" if m else str(len(text.splitlines()) + 1)   # else: at the end
+        raise CaseError(f"{path}:{line}: {re.sub(r' ?[(]at (line|end).*[)]', '', str(e))}") from None
     extra = set(doc) - {"case"}
     if extra:
         raise CaseError(f"{path}:{_line(text, sorted(extra)[0])}: unknown top-level key '{sorted(extra)[0]}' "

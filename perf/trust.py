@@ -108,7 +108,7 @@ def roofline_share(ref, var, globs: Sequence[str] = ()) -> tuple[float, float]:
         ra, rb = a.get(name), b.get(name)
         change = abs((rb.alone_us if rb else 0.0) - (ra.alone_us if ra else 0.0))
         total += change
-        if any(x is not None and x.source != "pypto" for x in (ra, rb)):
+        if any(x is not None and x.source == "roofline" for x in (ra, rb)):
             roof += change
     return (roof / total if total else 0.0), total
 
