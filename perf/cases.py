@@ -444,7 +444,12 @@ class CasesReport:
 def _side(before: float | None, after: float | None, delta: float | None) -> str:
     if before is None or after is None:
         return "held back" if delta is None else f"Δ {_pct(delta)}"
-    return f"{before:.1f} → {after:.1f} µs ({_pct(delta)})"
+    return f"{_us(before)} → {_us(after)} µs ({_pct(delta)})"
+
+
+def _us(x: float) -> str:
+    """µs as published (up to two decimals) or predicted (one)."""
+    return f"{x:.2f}".rstrip("0").rstrip(".") if round(x, 2) != round(x, 1) else f"{x:.1f}"
 
 
 def _pct(x: float | None) -> str:
