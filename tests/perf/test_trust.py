@@ -68,3 +68,17 @@ def test_trust_of_a_variant_against_itself_is_clean():
     t = trust(r, r, ScheduleParams())
     assert t.delta == 0 and t.flags == ()
     assert roofline_share(r, r) == (0.0, 0.0)
+
+
+def test_a_gain_whose_sign_flips_under_the_other_block_model_is_flagged_b():
+    """The fused insert: a short span but a long one-core work (the `work` model pays the work, `span` the span);
+    the split tasks cost the same in both. So the split wins under `work` and loses under `span`."""
+    def fn(task):
+        n = max(task.blocks, 1)
+        if task.name == "swa.swa_cache_insert_valid_bias":
+            return KernelCost("pypto", 1800.0, 0.0, 2e6)
+        cyc = 1e5 if task.name in SPLIT else 1800.0
+        return KernelCost("pypto", cyc, *((cyc * n, 0.0) if task.core == "cube" else (0.0, cyc * n)))
+
+    t = run(FunctionCosts(fn)).trust["+split-writeback-bias"]
+    assert t.delta > 0 > t.detail["delta_other_block_model_pct"] and "B" in t.flags
