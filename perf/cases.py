@@ -388,7 +388,7 @@ class CasesReport:
                  "|---|---|---|---|---|---|---|---|"]
         for r in self.results:
             c, e, v = r.case, r.errors(), r.verdict()
-            hw = _side(c.hw.before_us, c.hw.after_us, c.hw.delta)
+            hw = _side(c.hw.before_us, c.hw.after_us, c.hw.delta, published=True)
             pred = (_side(r.before_us, r.after_us, r.predicted_delta) + (r.trust.mark() if r.trust else "")
                     if r.before_us is not None else f"– ({r.error or 'not run'})")
             lines.append(f"| {c.name} | {('#' + str(c.pr)) if c.pr else '–'} | {c.layer} {c.shape.label()}, "
@@ -441,15 +441,16 @@ class CasesReport:
         return [r.to_json() for r in self.results]
 
 
-def _side(before: float | None, after: float | None, delta: float | None) -> str:
+def _side(before: float | None, after: float | None, delta: float | None, published: bool = False) -> str:
     if before is None or after is None:
         return "held back" if delta is None else f"Δ {_pct(delta)}"
-    return f"{_us(before)} → {_us(after)} µs ({_pct(delta)})"
+    us = _published if published else (lambda x: f"{x:.1f}")
+    return f"{us(before)} → {us(after)} µs ({_pct(delta)})"
 
 
-def _us(x: float) -> str:
-    """µs as published (up to two decimals) or predicted (one)."""
-    return f"{x:.2f}".rstrip("0").rstrip(".") if round(x, 2) != round(x, 1) else f"{x:.1f}"
+def _published(x: float) -> str:
+    """µs as published: up to two decimals."""
+    return f"{x:.2f}" if round(x, 2) != round(x, 1) else f"{x:.1f}"
 
 
 def _pct(x: float | None) -> str:
