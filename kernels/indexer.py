@@ -258,7 +258,10 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     static aranges: a view of a ramp at a loop offset is copied piecewise, ~50 tasks per chunk) and on unmapped
     pages (read at page 0, masked) → FP32_NEG_INF; the columns past the table's span → FP32_NEG_INF. (No
     sg_set_scope here: fusing these full-width chains into one subgraph serialises them, 3× the cost-model
-    cycles.)"""
+    cycles.) With `max_visible` below the table's span (a case's context bound), only the pages holding entries
+    0 … max_visible − 1 are read and visible[t] is capped at max_visible (the op's semantics): the rest of the
+    row is the FP32_NEG_INF tail, so the kernel's work follows the case's data, as upstream's ceil(visible / tile)
+    loop does."""
     q, qs, w, cache, kscale, table, pos, kv_len = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
@@ -270,6 +273,13 @@ def pypto_idx_score(spec: KernelSpec) -> str:
         raise NotImplementedError(f"idx_score template: table span {span} > score_len {score_len}")
     if n_rows % bs:
         raise NotImplementedError(f"idx_score template: {n_rows} cache rows are not whole pages of {bs}")
+    bound = spec.attrs.get("max_visible")
+    if bound is None or int(bound) >= span:
+        bound = None
+    else:   # the case's extent: no entry at or past max_visible is visible, so only its pages are read
+        bound = int(bound)
+        pages = -(-bound // bs)
+        span = pages * bs
     nb = _pto_divisor(batch, max(1, 512 // (seq * heads)))
     cp = _pto_divisor(pages, max(1, 512 // (nb * bs)))
     width, rows, tail = cp * bs, nb * seq, score_len - span
@@ -289,7 +299,8 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     src(f"ks2 = pypto.reshape({kscale.name}, [{n_rows // bs}, {bs}])")
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
-        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim")
+        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim", cap=bound)
+        lim = "lim" if bound is None else "lim_cap"
         pto_tile(src, (rows, heads, hd), 2)
         src(f"q3 = pypto.cast(pypto.view({q.name}, [{rows}, {heads}, {hd}], [t0, 0, 0]), pypto.DT_FP16)")
         pto_tile(src, (nb, seq * heads, hd), 2)
@@ -337,7 +348,7 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             src(f"ok3 = pypto.add(pypto.full([{nb}, {seq}, {width}], 0.0, pypto.DT_FP32), okm)")
             pto_tile(src, (rows, width))
             src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cl{c})")
-            src(f"keep = pypto.logical_and(pypto.lt(cz, lim), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
+            src(f"keep = pypto.logical_and(pypto.lt(cz, {lim}), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
             src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {PTO_NEG_INF!r})")
             src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
         if tail:

@@ -78,10 +78,13 @@ def idx_weights_reduce(partials, *, scale, **_):
 
 # ---- score and top-k ----------------------------------------------------------------------------------------
 def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positions, kv_seq_len, *, ratio, seq,
-              block_size, score_len, **_):
-    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum); the tail and
-    entries on unmapped pages are FP32_NEG_INF."""
+              block_size, score_len, max_visible=None, **_):
+    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum), visible capped
+    at max_visible when given (the caller's context bound); the tail and entries on unmapped pages are
+    FP32_NEG_INF."""
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
+    if max_visible is not None:
+        vis = np.minimum(vis, max_visible)
     table = np.asarray(idx_block_table)
     cache, kscale = np.asarray(idx_kv_cache), f32(idx_kv_scale)
     qi, qs, wf = np.asarray(q_i8), f32(q_s), f32(w)
