@@ -268,7 +268,8 @@ class ABReport:
                              "tasks": e.tasks, "kernels": e.kernels, "nodes": r.graph_nodes,
                              "sources": e.sources(), "roofline_share": e.roofline_share(),
                              "fired": r.fired, "passes": r.statuses, "program": r.program,
-                             "kernel_rows": [k.to_json() for k in e.rows] if r.variant.kind in ("default", "off") else None})
+                             "kernel_rows": ([k.to_json() for k in e.rows]
+                                             if r.variant.kind in ("default", "off") else None)})
             cases.append({"layer": c.case.layer, "shape": c.case.shape.label(), "label": c.case.label(),
                           "improvement_pct": c.improvement, "dispatch_sensitivity": c.dispatch,
                           "block_model_sensitivity": c.block_model, "what_if_far_kernels_at_roofline": c.what_if,

@@ -159,8 +159,9 @@ def kernel_table(est: LayerEstimate, limit: int | None = None) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = f"{r.ratio:.1f}" if r.ratio is not None else "–"
+        tasks = r.pypto_tasks if r.pypto_tasks is not None else "–"
         lines.append(f"| {r.id} `{r.name}` | {r.op} | {r.core} × {r.blocks} | {r.source} | {r.alone_us:.1f} | "
-                     f"{r.bound_us:.2f} ({r.limit}) | {ratio} | {r.pypto_tasks if r.pypto_tasks is not None else '–'} | "
+                     f"{r.bound_us:.2f} ({r.limit}) | {ratio} | {tasks} | "
                      f"{r.note.replace('|', '/')} |")
     return "\n".join(lines)
 
