@@ -366,27 +366,33 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
     """Per block of requests: the score rows with the entries at or beyond visible[t] set to −inf (so
     FP32_NEG_INF entries inside the visible range still rank before them), `pypto.topk` (k largest, descending),
     ranks ≥ visible[t] → −1, the tail columns [k, score_len) → −1. Ties among equal scores come out in pypto's sort
-    order, not the reference's lower-index-first rule (dsv4-math §5.3: ties are unpinned)."""
+    order, not the reference's lower-index-first rule (dsv4-math §5.3: ties are unpinned). With `max_visible` (a
+    context bound) the sort covers only the first max(k, max_visible) entries: every later one is −inf."""
     score, pos, kv_len = spec.operands
     out = spec.results[0]
     k, seq, score_len = int(spec.attrs["k"]), int(spec.attrs["seq"]), int(spec.attrs["score_len"])
     batch = kv_len.shape[0]
     nb = _pto_request_block(batch, seq)
     rows = nb * seq
+    bound = spec.attrs.get("max_visible")
+    width = score_len if bound is None else max(k, int(bound))
+    if width >= score_len:
+        width, bound = score_len, None
+    vis = "vis" if bound is None else "vis_cap"
     src = Src(spec.signature())
-    pto_ramp(src, score_len)
+    pto_ramp(src, width)
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
-        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis")
-        pto_cols_of(src, "ramp", "0", score_len, "cols")
-        pto_set_tile(src, [1, score_len])
-        src(f"cz = pypto.add(pypto.full([{rows}, {score_len}], 0.0, pypto.DT_FP32), cols)")
-        src(f"x = pypto.where(pypto.lt(cz, vis), pypto.view({score.name}, [{rows}, {score_len}], [t0, 0]), "
+        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis", cap=bound)
+        pto_cols_of(src, "ramp", "0", width, "cols")
+        pto_set_tile(src, [1, width])
+        src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cols)")
+        src(f"x = pypto.where(pypto.lt(cz, {vis}), pypto.view({score.name}, [{rows}, {width}], [t0, 0]), "
             f"float(\"-inf\"))")
         src(f"tv, ti = pypto.topk(x, {k}, -1, True)")
         pto_set_tile(src, [rows, max(8, k)] if rows * max(8, k) <= 4096 else [1, max(8, k)])
         src(f"rk = pypto.view(cz, [{rows}, {k}], [0, 0])")
-        src("o = pypto.where(pypto.lt(rk, vis), pypto.cast(ti, pypto.DT_FP32), -1.0)")
+        src(f"o = pypto.where(pypto.lt(rk, {vis}), pypto.cast(ti, pypto.DT_FP32), -1.0)")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
         if score_len > k:
             pto_tile(src, (rows, score_len - k))

@@ -72,8 +72,8 @@ def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name
 def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It tightens
     `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks; idx.score then reads only the
-    pages below it) and, when blocks of csa.qk_pv can hold no valid row, sets its `live_blocks` (the partials, and
-    so the merge, cover only those blocks)."""
+    pages below it, idx.topk sorts only max(k, max_visible) entries) and, when blocks of csa.qk_pv can hold no
+    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks)."""
     if max_context is not None:
         b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo

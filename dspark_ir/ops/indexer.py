@@ -213,7 +213,8 @@ class IdxScore(_IdxOp):
 @register_op
 class IdxTopk(_IdxOp):
     """The first min(k, visible) entries by descending score (ties → lower index first), then −1: i32 [T, score_len]
-    (topk). `max_visible` is the static bound on visible; when it is ≤ k the top-k bypass applies."""
+    (topk). `max_visible` is the static bound on visible (visible is capped at it, as in idx_score; the template
+    sorts only the first max(k, max_visible) entries); when it is ≤ k the top-k bypass applies."""
     name = "idx_topk"
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),

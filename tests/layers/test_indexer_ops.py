@@ -126,6 +126,9 @@ def test_score_capped_at_max_visible():
     assert bitwise(capped[:, :cap], full[:, :cap]) and np.all(capped[:, cap:] == K.FP32_NEG_INF)
     assert np.any(full[:, cap:] != K.FP32_NEG_INF)
     assert bitwise(K.idx_score(*args, block_size=cfg.block_size, max_visible=int(vis.max()), **score_args(cfg)), full)
+    topk = K.idx_topk(capped, inputs["positions"], inputs["kv_seq_len"], k=cfg.idx_topk, max_visible=cap,
+                      **score_args(cfg))
+    assert bitwise(topk, topk_indices(cfg, capped, np.minimum(vis, cap)))
 
 
 @pytest.mark.parametrize("regime", ["empty_cmp", "short_cache", "window_boundary", "topk_boundary"])
