@@ -8,7 +8,8 @@ from __future__ import annotations
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
 from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
 
-from .registry import template, unsupported
+from .pto import KernelSpec, Src, cast_expr, vec_tile
+from .registry import cost_template, template, unsupported
 from .window_release import pypto_window_copy_out
 
 # o_group_a2a and tp_o_reduce_scatter are cross-rank rendezvous collectives: no template (declared `unsupported`).
@@ -23,3 +24,44 @@ unsupported(TpOReduceScatter, "rendezvous reduce-scatter: every peer's f32 parti
                               "it only at TP > 1, so there is no one-rank instance to template")
 
 template(WindowCopyOut)(pypto_window_copy_out)
+
+
+# ---- cost forms: each collective's local part at one rank (perf's cost model only; never lowered) -------------
+# The rank's own share of the work, on its own buffers standing in for its peers' (same shapes and bytes, other
+# values): what pypto can simulate on one process. The link transfer, the wait for the peers and the barriers
+# are not in it (perf/README.md "Limits of the estimate").
+
+
+@cost_template(OGroupA2A)
+def pypto_o_group_a2a_local(spec: KernelSpec) -> str:
+    """The put of one rank: for every peer s, its group slice [s·LG, (s+1)·LG) of packed written at the rows
+    s·T … (s+1)·T − 1 of a window laid out as the peer's (this rank standing in as every source). Pad rows are
+    zero-filled by the host and not written."""
+    spec = spec.static()
+    packed, window = spec.operands[0], spec.results[0]
+    groups, tokens, width = packed.shape
+    tp = int(spec.attrs["tp"])
+    lg = groups // tp
+    src = Src(spec.signature())
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((lg, tokens, width), packed.itemsize, 64 * 1024)))})")
+    for s in range(tp):
+        src(f"y = pypto.clone(pypto.view({packed.name}, [{lg}, {tokens}, {width}], [{s * lg}, 0, 0]))")
+        src(f"pypto.assemble(y, [0, {s * tokens}, 0], {window.name})")
+    return src.text()
+
+
+@cost_template(TpOReduceScatter)
+def pypto_tp_o_reduce_scatter_local(spec: KernelSpec) -> str:
+    """The reduce of one rank: its T rows summed over the tp sources in ascending order in f32, rounded once, the
+    tp row slices of this rank's own partial standing in for the peers' slices of its rows."""
+    spec = spec.static()
+    partial, out = spec.operands[0], spec.results[0]
+    rows, hidden = out.shape
+    tp = int(spec.attrs["tp"])
+    src = Src(spec.signature())
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, hidden), 4, 64 * 1024)))})")
+    for s in range(tp):
+        part = f"pypto.view({partial.name}, [{rows}, {hidden}], [{s * rows}, 0])"
+        src(f"acc = {part}" if s == 0 else f"acc = pypto.add(acc, {part})")
+    src(f"pypto.assemble({cast_expr('acc', 'f32', out.dtype)}, [0, 0], {out.name})")
+    return src.text()

@@ -258,7 +258,10 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     static aranges: a view of a ramp at a loop offset is copied piecewise, ~50 tasks per chunk) and on unmapped
     pages (read at page 0, masked) → FP32_NEG_INF; the columns past the table's span → FP32_NEG_INF. (No
     sg_set_scope here: fusing these full-width chains into one subgraph serialises them, 3× the cost-model
-    cycles.)"""
+    cycles.) With `max_visible` below the table's span (a case's context bound), only the pages holding entries
+    0 … max_visible − 1 are read and visible[t] is capped at max_visible (the op's semantics): the rest of the
+    row is the FP32_NEG_INF tail, so the kernel's work follows the case's data, as upstream's ceil(visible / tile)
+    loop does."""
     q, qs, w, cache, kscale, table, pos, kv_len = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
@@ -270,6 +273,13 @@ def pypto_idx_score(spec: KernelSpec) -> str:
         raise NotImplementedError(f"idx_score template: table span {span} > score_len {score_len}")
     if n_rows % bs:
         raise NotImplementedError(f"idx_score template: {n_rows} cache rows are not whole pages of {bs}")
+    bound = spec.attrs.get("max_visible")
+    if bound is None or int(bound) >= span:
+        bound = None
+    else:   # the case's extent: no entry at or past max_visible is visible, so only its pages are read
+        bound = int(bound)
+        pages = -(-bound // bs)
+        span = pages * bs
     nb = _pto_divisor(batch, max(1, 512 // (seq * heads)))
     cp = _pto_divisor(pages, max(1, 512 // (nb * bs)))
     width, rows, tail = cp * bs, nb * seq, score_len - span
@@ -292,7 +302,8 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     src(f"ks2 = pypto.reshape({kscale.name}, [{n_rows // bs}, {bs}])")
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
-        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim")
+        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "lim", cap=bound)
+        lim = "lim" if bound is None else "lim_cap"
         pto_tile(src, (rows, heads, hd), 2)
         src(f"q3 = pypto.cast(pypto.view({q.name}, [{rows}, {heads}, {hd}], [t0, 0, 0]), pypto.DT_FP16)")
         pto_tile(src, (nb, seq * heads, hd), 2)
@@ -340,7 +351,7 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             src(f"ok3 = pypto.add(pypto.full([{nb}, {seq}, {width}], 0.0, pypto.DT_FP32), okm)")
             pto_tile(src, (rows, width))
             src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cl{c})")
-            src(f"keep = pypto.logical_and(pypto.lt(cz, lim), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
+            src(f"keep = pypto.logical_and(pypto.lt(cz, {lim}), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
             src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {PTO_NEG_INF!r})")
             src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
         if tail:
@@ -355,27 +366,33 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
     """Per block of requests: the score rows with the entries at or beyond visible[t] set to −inf (so
     FP32_NEG_INF entries inside the visible range still rank before them), `pypto.topk` (k largest, descending),
     ranks ≥ visible[t] → −1, the tail columns [k, score_len) → −1. Ties among equal scores come out in pypto's sort
-    order, not the reference's lower-index-first rule (dsv4-math §5.3: ties are unpinned)."""
+    order, not the reference's lower-index-first rule (dsv4-math §5.3: ties are unpinned). With `max_visible` (a
+    context bound) the sort covers only the first max(k, max_visible) entries: every later one is −inf."""
     score, pos, kv_len = spec.operands
     out = spec.results[0]
     k, seq, score_len = int(spec.attrs["k"]), int(spec.attrs["seq"]), int(spec.attrs["score_len"])
     batch = kv_len.shape[0]
     nb = _pto_request_block(batch, seq)
     rows = nb * seq
+    bound = spec.attrs.get("max_visible")
+    width = score_len if bound is None else max(k, int(bound))
+    if width >= score_len:
+        width, bound = score_len, None
+    vis = "vis" if bound is None else "vis_cap"
     src = Src(spec.signature())
-    pto_ramp(src, score_len)
+    pto_ramp(src, width)
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")
-        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis")
-        pto_cols_of(src, "ramp", "0", score_len, "cols")
-        pto_set_tile(src, [1, score_len])
-        src(f"cz = pypto.add(pypto.full([{rows}, {score_len}], 0.0, pypto.DT_FP32), cols)")
-        src(f"x = pypto.where(pypto.lt(cz, vis), pypto.view({score.name}, [{rows}, {score_len}], [t0, 0]), "
+        _pto_visible_rows(src, spec, pos, kv_len, f"rb * {nb}", nb, "vis", cap=bound)
+        pto_cols_of(src, "ramp", "0", width, "cols")
+        pto_set_tile(src, [1, width])
+        src(f"cz = pypto.add(pypto.full([{rows}, {width}], 0.0, pypto.DT_FP32), cols)")
+        src(f"x = pypto.where(pypto.lt(cz, {vis}), pypto.view({score.name}, [{rows}, {width}], [t0, 0]), "
             f"float(\"-inf\"))")
         src(f"tv, ti = pypto.topk(x, {k}, -1, True)")
         pto_set_tile(src, [rows, max(8, k)] if rows * max(8, k) <= 4096 else [1, max(8, k)])
         src(f"rk = pypto.view(cz, [{rows}, {k}], [0, 0])")
-        src("o = pypto.where(pypto.lt(rk, vis), pypto.cast(ti, pypto.DT_FP32), -1.0)")
+        src(f"o = pypto.where(pypto.lt(rk, {vis}), pypto.cast(ti, pypto.DT_FP32), -1.0)")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
         if score_len > k:
             pto_tile(src, (rows, score_len - k))

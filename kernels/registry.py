@@ -15,6 +15,10 @@ renamed or removed op fails at import instead of leaving a dead dict entry:
   itself, e.g. MoE dispatch/combine at EP1); used only at `ranks == 1` and only when the op has no `template`.
 * `unsupported(op, reason)`: the op has no pypto form (cross-rank signalling, ...); the reason is reported by
   the pypto executor.
+* `@cost_template(*ops)`: for a collective with no template, its local part at one rank (this rank's share of
+  the data movement or reduction, e.g. the reduce-scatter's ordered sum of tp row slices) as pypto source for the
+  cost model only: perf runs it on zeros; the lowering never runs it (its values are not the collective's, the
+  link transfer and barriers are not in it).
 
 Registering an op twice in the same table, a template for an op declared unsupported (or the reverse), or
 anything that is not a registered op definition raises `RegistryError` at import. The lowering asks
@@ -35,6 +39,7 @@ Template = Callable[[KernelSpec], str]
 _TEMPLATES: dict[type[OpDef], Template] = {}
 _ONE_RANK: dict[type[OpDef], Template] = {}
 _UNSUPPORTED: dict[type[OpDef], str] = {}
+_COST: dict[type[OpDef], Template] = {}
 _loaded = False
 
 
@@ -66,6 +71,9 @@ def _add(table: dict, op: object, value: object, what: str) -> None:
                             f"{_where(value) if callable(value) else repr(value)}")
     if table is _TEMPLATES and opdef in _UNSUPPORTED:
         raise RegistryError(f"op '{opdef.name}' gets a template ({_where(value)}) but is declared unsupported")
+    if table is _TEMPLATES and opdef in _COST:
+        raise RegistryError(f"op '{opdef.name}' gets a template ({_where(value)}) but has a cost template "
+                            f"({_where(_COST[opdef])}): the template is its cost form")
     if table is _UNSUPPORTED and opdef in _TEMPLATES:
         raise RegistryError(f"op '{opdef.name}' is declared unsupported but has a template "
                             f"({_where(_TEMPLATES[opdef])})")
@@ -100,6 +108,25 @@ def one_rank_template(*ops: type[OpDef]) -> Callable[[Template], Template]:
     return register
 
 
+def cost_template(*ops: type[OpDef]) -> Callable[[Template], Template]:
+    """Register the decorated function as the cost-model form of each collective op in `ops` (its local part)."""
+    if not ops:
+        raise RegistryError("@cost_template needs at least one op definition")
+
+    def register(fn: Template) -> Template:
+        for op in ops:
+            opdef = _check_op(op, "cost template")
+            if not opdef.collective:
+                raise RegistryError(f"cost template {_where(fn)} for op '{opdef.name}', which is not a "
+                                    f"collective: its template is its cost form")
+            if opdef in _TEMPLATES:
+                raise RegistryError(f"cost template {_where(fn)} for op '{opdef.name}', which has a template "
+                                    f"({_where(_TEMPLATES[opdef])}): the template is its cost form")
+            _add(_COST, opdef, fn, "cost template")
+        return fn
+    return register
+
+
 def unsupported(op: type[OpDef], reason: str) -> None:
     """Declare that `op` has no pypto 0.2.0 form, and why (one or more sentences; see `unsupported_reason`)."""
     if not isinstance(reason, str) or not reason.strip():
@@ -128,6 +155,12 @@ def template_for(op: type[OpDef], ranks: int = 0) -> Template | None:
     if found is None and ranks == 1:
         found = _ONE_RANK.get(op)
     return found
+
+
+def cost_template_for(op: type[OpDef]) -> Template | None:
+    """The collective's cost-model form (its local part at one rank), or None. Never a lowering template."""
+    load_templates()
+    return _COST.get(op)
 
 
 def unsupported_reason(op: type[OpDef]) -> str | None:

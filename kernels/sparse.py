@@ -132,19 +132,23 @@ def _pto_store_item(blk, item: int, heads: int, hd: int, m_out, l_out, o_out) ->
     src(f"pypto.assemble(oi4, [{blk.r0}, {item}, 0, 0], {o_out.name})")
 
 
-def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str) -> None:
-    """kw [W, HD], kc [K, HD] = the token's window rows of kv_cache and top-k rows of cmp_kv as the reference's
-    `_gather` (−1 rows zero: clamped index_select, then where(idx ≥ 0, row, 0)), and va [1, W+K] = where(idx ≥ 0,
-    bias, −1) (f32; ≥ 0 where valid). Both gathers read views of one index row (one forced subgraph); the where is
-    written in f32 (pypto puts the implicit casts of a bf16 where outside the subgraph, a copy task per tile)."""
+def _pto_csa_keys(src: Src, spec: KernelSpec, tok: str, k: int) -> None:
+    """kw [W, HD], kc [k, HD] = the token's window rows of kv_cache and its first k top-k rows of cmp_kv (none for
+    k = 0) as the reference's `_gather` (−1 rows zero: clamped index_select, then where(idx ≥ 0, row, 0)), and
+    va [1, W+k] = where(idx ≥ 0, bias, −1) (f32; ≥ 0 where valid). Both gathers read views of one index row (one
+    forced subgraph); the where is written in f32 (pypto puts the implicit casts of a bf16 where outside the
+    subgraph, a copy task per tile)."""
     q, cache, swa, cmp_kv, cidx, bias, _order = spec.operands
     hd = q.shape[2]
-    w, k = swa.shape[1], cidx.shape[1]
+    w = swa.shape[1]
     pto_set_tile(src, [1, max(w + k, 8)])
-    parts = [cast_expr(f"pypto.view({t.name}, [1, {n}], [{tok}, 0])", t.dtype, "f32") for t, n in ((swa, w), (cidx, k))]
-    src(f"ixa = pypto.concat([{parts[0]}, {parts[1]}], 1)")
+    parts = [cast_expr(f"pypto.view({t.name}, [1, {n}], [{tok}, 0])", t.dtype, "f32")
+             for t, n in ((swa, w), (cidx, k)) if n]
+    src(f"ixa = pypto.concat([{', '.join(parts)}], 1)" if len(parts) > 1 else f"ixa = {parts[0]}")
     src(f"va = pypto.where(pypto.ge(ixa, 0.0), pypto.view({bias.name}, [1, {w + k}], [{tok}, 0]), -1.0)")
     for name, pool, lo, n in (("kw", cache, 0, w), ("kc", cmp_kv, w, k)):
+        if not n:
+            continue
         d_tile = hd  # a where with a broadcast condition must stay on ≤ 32 KiB tiles
         while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
             d_tile //= 2
@@ -178,14 +182,16 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     through a per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates
     their rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives
     o = +0 like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so
-    the values do not depend on it."""
+    the values do not depend on it. With `live_blocks` (the case's extent) only those blocks are computed and only
+    the top-k rows they cover are gathered."""
     spec = spec.static()
     q, _cache, swa, _cmp, cidx, _bias, _order = spec.operands
     m_out, l_out, o_out = spec.results
     ntok, heads, hd = q.shape
-    w, k = swa.shape[1], cidx.shape[1]
+    w = swa.shape[1]
     kt = int(spec.attrs["k_tile"])
-    nb = (w + k) // kt
+    nb = m_out.shape[1]                   # every block, or the first live_blocks
+    k = min(cidx.shape[1], nb * kt - w)   # the top-k rows those blocks cover (none if only the window's)
     scale = float(spec.attrs["scale"])
     tile = pto_key_tile(heads, kt)
     br = PTO_CSA_QK_ROWS
@@ -193,9 +199,11 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
 
     def token(tok: str) -> None:
         pto_scope(src, 1)
-        _pto_csa_keys(src, spec, tok)
+        _pto_csa_keys(src, spec, tok, k)
         pto_scope(src, -1)
         for name, kn, n in (("sw", "kw", w), ("sc", "kc", k)):
+            if not n:
+                continue
             src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, heads, deep=True, tm_max=512)})")
             src(f"{name} = pypto.matmul({kn}, pypto.view(qf, [{heads}, {hd}], [({tok}) * {heads}, 0]), "
                 "pypto.DT_FP32, b_trans=True)")

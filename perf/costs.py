@@ -13,7 +13,9 @@ What a pypto-sourced cost holds (read from the SIM run's `_simulate.swim.json`, 
   `Total Cycles` with it);
 * `work_cube` / `work_vector`: the busy cycles summed over the AIC / AIV lanes (the kernel's work);
 * `pypto_tasks`: how many tasks pypto's graph partitioning made.
-A task without a pypto template (or whose pypto run failed) gets a roofline estimate instead, flagged
+A collective is costed from its local part (its template, or its cost form `kernels.registry.cost_template`:
+one rank's share of the work), noted `LOCAL_PART_NOTE`. A task without either (or whose pypto run failed) gets
+a roofline estimate instead, flagged
 `source = "roofline"` with the reason in `note`: its span is `roofline.blocked_bound` (the task's
 bytes and arithmetic on min(blocks, cores) cores), its work span × those cores.
 
@@ -37,7 +39,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Protocol
 
@@ -185,6 +187,23 @@ def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
     return module_prelude() + "\n\n" + generate(task, template, RUNTIME_SYMBOLS, name="kernel")
 
 
+LOCAL_PART_NOTE = "collective: its local part only (link transfer, peer waits and barriers not modelled)"
+
+
+def local_part_source(task: Task) -> str | None:
+    """A collective's cost form (kernels.registry.cost_template: its local part at one rank) as the module the
+    cost model runs, its function named `kernel`; None without one. Never lowered: only its cost is used."""
+    from kernels.pto import module_prelude
+    from kernels.registry import cost_template_for
+    from lowering.codegen import RUNTIME_SYMBOLS, generate, op_definition
+
+    opdef = op_definition(task.op)
+    form = cost_template_for(opdef) if opdef is not None else None
+    if form is None:
+        return None
+    return module_prelude() + "\n\n" + generate(task, form, RUNTIME_SYMBOLS, name="kernel")
+
+
 def cost_key(task: Task, source: str) -> str:
     """The cache key: a hash of everything that changes the task's cost-model answer."""
     shapes = [(a.param, a.direction, a.dtype, list(a.shape)) for a in task.args]
@@ -251,18 +270,21 @@ class PyptoCosts:
             if t.is_dummy:
                 known[i] = DUMMY
                 continue
-            if t.collective:
-                known[i] = roofline_cost(t, self.hw, "collective (pypto cannot simulate it on one process)")
-                continue
             src = kernel_source(t, tg)
+            if t.collective and src is None:
+                src = local_part_source(t)
             if src is None:
-                known[i] = roofline_cost(t, self.hw, "no pypto template")
+                known[i] = roofline_cost(t, self.hw, "collective (pypto cannot simulate it on one process)"
+                                         if t.collective else "no pypto template")
                 continue
             key = cost_key(t, src)
             hit = self._load(key)
             if hit is not None:
                 self.hits += 1
-                known[i] = hit if hit.source == "pypto" else roofline_cost(t, self.hw, hit.note)
+                if hit.source == "pypto":
+                    known[i] = replace(hit, note=LOCAL_PART_NOTE) if t.collective else hit
+                else:
+                    known[i] = roofline_cost(t, self.hw, hit.note)
                 continue
             if key not in seen:
                 seen[key] = i

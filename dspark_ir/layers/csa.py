@@ -36,6 +36,15 @@ def max_visible_entries(b: GraphBuilder, ratio: int, table_blocks: int, max_cont
     return min(b.cfg.max_pos // ratio, table_blocks * b.cfg.block_size, ctx // ratio)
 
 
+def live_qk_blocks(window: int, topk: int, max_visible: int, k_tile: int) -> dict:
+    """`live_blocks` of csa.qk_pv when the context bound leaves blocks that can hold no valid row: the top-k list
+    has at most min(topk, max_visible) valid (leading) entries, so only the first ceil((window + that) / k_tile)
+    blocks of [window | top-k] are live (upstream runs the non-empty blocks of its valid-block mask). {} when
+    every block is."""
+    live = -(-(window + min(topk, max_visible)) // k_tile)
+    return {} if live >= (window + topk) // k_tile else {"live_blocks": max(1, live)}
+
+
 def compressor(b: GraphBuilder, block: str, x_normed, late, wkv, wgate, ape, state, state_table, positions, *,
                ratio: int, head_dim: int, overlap: bool, out_tile: int):
     """kv_score_proj (after late_dep) → scatter_softmax_pool (in place on the ring state): (state', pooled)."""
@@ -61,8 +70,10 @@ def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name
 
 
 def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
-    """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It changes
-    no shape; it only tightens `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks)."""
+    """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It tightens
+    `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks; idx.score then reads only the
+    pages below it, idx.topk sorts only max(k, max_visible) entries) and, when blocks of csa.qk_pv can hold no
+    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks)."""
     if max_context is not None:
         b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
@@ -155,8 +166,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
                                       ratio=r, seq=c.seq, **fin, aer=True)
 
     # 7j-k: score and top-k
-    vis = dict(ratio=r, seq=c.seq, score_len=c.score_len,
-               max_visible=max_visible_entries(b, r, geo.csa_blocks, max_context))
+    max_visible = max_visible_entries(b, r, geo.csa_blocks, max_context)
+    vis = dict(ratio=r, seq=c.seq, score_len=c.score_len, max_visible=max_visible)
     score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx_block_table, p.positions,
                  p.kv_seq_len, name="idx.score", block_size=c.block_size,
                  tile=[1, c.score_len // t.REDUCE_NSPLIT], blocks=T * t.REDUCE_NSPLIT, aer=True, **vis)
@@ -171,7 +182,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
         ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE, blocks=1)
     m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
-                   k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES)
+                   k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
+                   **live_qk_blocks(c.window, c.idx_topk, max_visible, t.ATTN_K_TILE))
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
     packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",

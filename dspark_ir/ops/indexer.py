@@ -181,8 +181,9 @@ class IdxWeightsReduce(_IdxOp):
 # ---- score and top-k ----------------------------------------------------------------------------------------
 @register_op
 class IdxScore(_IdxOp):
-    """score[t, l] = (Σ_h relu(f32(qI8[t,h]·k_i8[l]) · qIs[t,h]) · w[t,h]) · k_s[l] for l < visible[t], tail
-    FP32_NEG_INF, f32 [T, score_len] (score)."""
+    """score[t, l] = (Σ_h relu(f32(qI8[t,h]·k_i8[l]) · qIs[t,h]) · w[t,h]) · k_s[l] for l < min(visible[t],
+    max_visible), tail FP32_NEG_INF, f32 [T, score_len] (score). The template reads only the pages below
+    max_visible: a context bound makes the kernel's work the case's."""
     name = "idx_score"
     operands = ("q", "q_scale", "weights", "idx_kv_cache", "idx_kv_scale", "idx_block_table", "positions",
                 "kv_seq_len")
@@ -212,7 +213,8 @@ class IdxScore(_IdxOp):
 @register_op
 class IdxTopk(_IdxOp):
     """The first min(k, visible) entries by descending score (ties → lower index first), then −1: i32 [T, score_len]
-    (topk). `max_visible` is the static bound on visible; when it is ≤ k the top-k bypass applies."""
+    (topk). `max_visible` is the static bound on visible (visible is capped at it, as in idx_score; the template
+    sorts only the first max(k, max_visible) entries); when it is ≤ k the top-k bypass applies."""
     name = "idx_topk"
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),

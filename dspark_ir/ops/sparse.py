@@ -166,11 +166,14 @@ class CsaSlotsBuildValidQkPlan(_SparseOp):
 class CsaQkPv(_SparseOp):
     """Per-(token, block) partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks,
     masked where sparse_bias < 0: (m, l) f32 [T, blocks, H], o f32 [T, blocks, H, HD] (qk_pv; cyclic lanes over
-    the T·blocks items in qk_order)."""
+    the T·blocks items in qk_order). With `live_blocks`, only the first live_blocks blocks: the caller's bound
+    says no later block holds a valid row (its partial would be neutral, m = −1e20, l = 0, o = 0, and leave the
+    merge unchanged), as upstream runs only the non-empty blocks of its valid-block mask."""
     name = "csa_qk_pv"
     operands = ("q", "kv_cache", "swa_indices", "cmp_kv", "cmp_sparse_indices", "sparse_bias", "qk_order")
     results = ("m", "l", "o")
-    attrs = {"scale": Attr("float", REQUIRED), "k_tile": Attr("int", REQUIRED)}
+    attrs = {"scale": Attr("float", REQUIRED), "k_tile": Attr("int", REQUIRED),
+             "live_blocks": Attr("int", doc="static bound on the blocks that can hold a valid row (case extent)")}
     core = "mix"
     reference = staticmethod(sparse_sem.csa_qk_pv)
 
@@ -189,6 +192,10 @@ class CsaQkPv(_SparseOp):
         expect(kt > 0 and (w is None or w % kt == 0), f"k_tile {kt} does not divide window + top-k {width}")
         blocks = D.floordiv(width, kt)
         expect_index_vector(order, "qk_order", D.mul(T, blocks))
+        live, nb = attrs.get("live_blocks"), blocks.value()
+        if live is not None:
+            expect(live > 0 and (nb is None or live <= nb), f"live_blocks must be in [1, {blocks}], got {live}")
+            blocks = D.Const(live)
         th = TensorType(F32, (T, blocks, H))
         return [th, th, TensorType(F32, (T, blocks, H, HD))]
 

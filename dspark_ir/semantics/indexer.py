@@ -78,10 +78,13 @@ def idx_weights_reduce(partials, *, scale, **_):
 
 # ---- score and top-k ----------------------------------------------------------------------------------------
 def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positions, kv_seq_len, *, ratio, seq,
-              block_size, score_len, **_):
-    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum); the tail and
-    entries on unmapped pages are FP32_NEG_INF."""
+              block_size, score_len, max_visible=None, **_):
+    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum), visible capped
+    at max_visible when given (the caller's context bound); the tail and entries on unmapped pages are
+    FP32_NEG_INF."""
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
+    if max_visible is not None:
+        vis = np.minimum(vis, max_visible)
     table = np.asarray(idx_block_table)
     cache, kscale = np.asarray(idx_kv_cache), f32(idx_kv_scale)
     qi, qs, wf = np.asarray(q_i8), f32(q_s), f32(w)
@@ -100,10 +103,12 @@ def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positio
     return out
 
 
-def idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, **_):
+def idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, max_visible=None, **_):
     """i32 [T, score_len]: the first min(k, visible) entries by descending score (stable: ties keep the lower
-    index first), then −1."""
+    index first), then −1; visible capped at max_visible when given (as idx_score)."""
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
+    if max_visible is not None:
+        vis = np.minimum(vis, max_visible)
     s = f32(score)
     out = np.full(s.shape, -1, np.int32)
     for t, n in enumerate(vis):

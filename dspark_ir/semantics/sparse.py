@@ -123,15 +123,17 @@ def csa_slots_build_valid_qk_plan(topk, positions, cmp_block_table, swa_indices,
     return rows.astype(np.int32), nonempty.astype(np.int32), bias, order
 
 
-def csa_qk_pv(q, kv_cache, swa_indices, cmp_kv, cmp_sparse_indices, sparse_bias, qk_order, *, scale, k_tile, **_):
+def csa_qk_pv(q, kv_cache, swa_indices, cmp_kv, cmp_sparse_indices, sparse_bias, qk_order, *, scale, k_tile,
+              live_blocks=None, **_):
     """Per-(token, block) partials over [window rows | top-k rows] in k_tile-wide blocks: (m, l) f32 [T, blocks, H],
-    o f32 [T, blocks, H, HD]. Invalid rows (bias < 0 or index −1) are masked. The item order does not change the
-    values (every item writes its own partial)."""
+    o f32 [T, blocks, H, HD]; only the first live_blocks blocks when given. Invalid rows (bias < 0 or index −1) are
+    masked. The item order does not change the values (every item writes its own partial)."""
     keys = np.concatenate([f32(_gather(kv_cache, swa_indices)), f32(_gather(cmp_kv, cmp_sparse_indices))], axis=1)
     index = np.concatenate([np.asarray(swa_indices), np.asarray(cmp_sparse_indices)], axis=1)
     valid = (f32(sparse_bias) >= 0) & (index >= 0)
+    width = keys.shape[1] if live_blocks is None else live_blocks * k_tile
     parts = [tile_partial(q, keys[:, a:a + k_tile], valid[:, a:a + k_tile], scale)
-             for a in range(0, keys.shape[1], k_tile)]
+             for a in range(0, width, k_tile)]
     return tuple(np.stack([p[i] for p in parts], axis=1) for i in range(3))
 
 

@@ -91,6 +91,23 @@ def test_contradicting_registrations_fail():
         registry.unsupported(Slice, " ")
 
 
+def test_cost_forms_are_local_parts_of_untemplated_collectives():
+    """The all-to-all and the reduce-scatter have a cost form (their local part, for perf) and still no lowering
+    template; a cost form for a non-collective or for an op with a template is refused."""
+    from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
+
+    for op in (OGroupA2A, TpOReduceScatter):
+        assert registry.cost_template_for(op) is not None and registry.template_for(op) is None
+        assert registry.unsupported_reason(op)
+    assert registry.cost_template_for(WindowCopyOut) is None and registry.template_for(WindowCopyOut) is not None
+    with pytest.raises(RegistryError, match="'rmsnorm', which is not a collective"):
+        registry.cost_template(RmsNorm)(lambda spec: "")
+    with pytest.raises(RegistryError, match="'window_copy_out', which has a template"):
+        registry.cost_template(WindowCopyOut)(lambda spec: "")
+    with pytest.raises(RegistryError, match="'o_group_a2a' registered twice"):
+        registry.cost_template(OGroupA2A)(lambda spec: "")
+
+
 def test_a_duplicate_registration_fails_when_its_module_is_imported(tmp_path, monkeypatch):
     (tmp_path / "dup_kernels.py").write_text(
         "from dspark_ir.ops.core import RmsNorm\n"

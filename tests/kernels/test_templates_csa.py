@@ -7,7 +7,8 @@ Two batches:
   (rendered source) among the tasks of the tiny TP1 decode-csa and decode-hca layers whose op kind is one
   of ours, on its actual data (the layers' seeded inputs, default regime: empty-cmp, short, long, window- and
   top-k-boundary requests; the earlier tasks run by the numpy executor); `idx_topk_bounded` from decode-csa built with
-  max_context = 64 (the static bypass);
+  max_context = 64 (the static bypass); `idx_score` and `idx_topk` of that layer without the bypass (max_visible =
+  16: the score reads 2 of the table's 8 pages, the top-k sorts 16 of 128 entries);
   plus edge variants of some of those jobs (inputs changed, goldens recomputed), which replace them in the run
   (`REPLACED`): a ring-row collision inside one step (the later token wins and the pool reads it), a request
   without an entry, unmapped state / index pages, −1 and duplicate slots at pooling tokens, FP32_NEG_INF scores
@@ -228,6 +229,9 @@ def tiny_jobs():
     base = _layer_jobs("decode-csa", OURS, "csa:", seen)
     base |= _layer_jobs("decode-hca", OURS, "hca:", seen)
     base |= _layer_jobs("decode-csa", ("idx_topk_bounded",), "csa64:", seen, max_context=64)
+    # idx_score read only as far as max_visible = 16 reaches (2 of the table's 8 pages; the bypass off keeps it)
+    base |= _layer_jobs("decode-csa", ("idx_score", "idx_topk"), "csa64s:", seen, disabled=("topk-bypass",),
+                        max_context=64)
     pools = ("cmp_scatter_softmax_pool",)
     base |= _layer_jobs("decode-csa", pools, "csa1:", seen, disabled=("pool-fanout",))   # one block
     base |= _layer_jobs("decode-hca", pools, "hca1:", seen, disabled=("pool-fanout",))
@@ -251,7 +255,8 @@ TINY = ["csa:csa.csa_rope_step", "csa:csa.rope_interleave.step", "csa:csa.csa_cm
         "csa:idx.qr_hadamard_quant", "csa:idx.weights_proj", "csa:icmp.kv_score_proj", "csa:icmp.scatter_softmax_pool",
         "csa:icmp.rmsnorm_rope", "csa:icmp.kv_hadamard", "csa:idx.topk.select",
         "hca:hca.cmp_rope_rows", "hca:cmp.scatter_softmax_pool", "hca:cmp.rmsnorm_rope_cache_write",
-        "csa64:idx.topk.bounded", "csa1:icmp.scatter_softmax_pool", "rag:cmp.scatter_softmax_pool",
+        "csa64:idx.topk.bounded", "csa64s:idx.score", "csa64s:idx.topk", "csa1:icmp.scatter_softmax_pool",
+        "rag:cmp.scatter_softmax_pool",
         "rag:icmp.scatter_softmax_pool", "hrag:cmp.scatter_softmax_pool",
         "edge:cmp.scatter_softmax_pool", "edge:hca.scatter_softmax_pool", "edge:cmp.pool_blocks",
         "edge:hca.pool_blocks", "edge1:cmp.scatter_softmax_pool", "edge1:hca.scatter_softmax_pool",
@@ -414,6 +419,11 @@ def test_edges_reach_what_they_claim(tiny_batch, tiny_jobs):
         task, job, _ = tiny_batch[name]
         cache = next(k for k in job.goldens if k.endswith("cmp_kv") or k == "idx_kv_cache")
         assert (job.goldens[cache] != job.inputs[f"{cache}_in"]).any()
+    task, job, _ = tiny_batch["csa64s:idx.score"]
+    assert task.attrs["max_visible"] == 16 and "[1, 16]" in job.source and "[1, 64]" not in job.source
+    assert (job.goldens["out"][:, :16] != FP32_NEG_INF).any() and (job.goldens["out"][:, 16:] == FP32_NEG_INF).all()
+    task, job, _ = tiny_batch["csa64s:idx.topk"]
+    assert task.attrs["max_visible"] == 16 and "pypto.arange(16)" in job.source and "arange(128)" not in job.source
     _, job, _ = tiny_batch["edge:idx.score"]
     assert (job.goldens["out"] == FP32_NEG_INF).sum() > (tiny_jobs["csa:idx.score"][1].goldens["out"]
                                                         == FP32_NEG_INF).sum()

@@ -7,7 +7,8 @@ One `run_jobs` batch in full mode (SIM + pass-verify with our CPU-numerics fix) 
   pipeline for hca_stream_merge_pack), on its actual shapes and data (the layer's seeded inputs, the earlier
   tasks run by the numpy executor);
 * **edges**: single-op graphs for what the layer data does not reach: −1 and duplicate cache slots, partial row
-  blocks (T not a multiple of the block), a k_tile block straddling the window / top-k lists, fully masked tokens
+  blocks (T not a multiple of the block), a k_tile block straddling the window / top-k lists, live_blocks below
+  the block count (the top-k list read only as far as the live blocks reach), fully masked tokens
   and items, several work items with max_rows below the row count, a last request with fewer than seq tokens
   (hca_cmp_qk_pv), pages past the block table, a non-power-of-two block size, and a swap permutation other
   than j ^ 1.
@@ -152,7 +153,7 @@ def _check_partials(task, job, res) -> None:
         got = [g[:, None] for g in got]
     d = q.shape[-1]
     beyond = points = 0
-    for j in range(keys.shape[1] // width):
+    for j in range(want[0].shape[1]):      # the blocks computed (csa_qk_pv's live_blocks may leave later ones out)
         cols = slice(j * width, (j + 1) * width)
         k, ok = keys[:, cols], valid[:, None, cols]
         s = np.einsum("thd,tld->thl", q, k) * scale
@@ -257,6 +258,19 @@ def _csa_qk_pv_inputs(g, rng):
             "order": np.arange(2 * t, dtype=np.int32)}
 
 
+def _csa_qk_pv_live_inputs(g, rng):
+    """Three blocks of 16 over 8 window + 40 top-k rows; the top-k list valid only in its first 20 columns (the
+    context bound behind live_blocks = 2: block 2 could hold no valid row)."""
+    t = g.symbols["T"]
+    swa = rng.integers(0, 100, (t, 8)).astype(np.int32)
+    ci = rng.integers(0, 80, (t, 40)).astype(np.int32)
+    ci[rng.random((t, 40)) < 0.2] = -1
+    ci[:, 20:] = -1
+    return {"q": rng.standard_normal((t, 4, 64)), "kv": rng.standard_normal((100, 64)), "swa": swa,
+            "cmp": rng.standard_normal((80, 64)), "ci": ci, "bias": np.zeros((t, 48), np.float32),
+            "order": np.arange(3 * t, dtype=np.int32)}
+
+
 def _raw_attn_inputs(g, rng):
     t = g.symbols["T"]
     idx = rng.integers(0, 500, (t, 16)).astype(np.int32)
@@ -328,6 +342,11 @@ EDGES = {
         " %bias: f32[T,32], %order: i32[T*2]) {\n"
         "  %m, %l, %o = csa_qk_pv(%q, %kv, %swa, %cmp, %ci, %bias, %order) {scale = 0.125, k_tile = 16}"
         " : f32[T,2,4], f32[T,2,4], f32[T,2,4,64]\n  return %m, %l, %o\n}\n"),
+    "csa_qk_pv_live_blocks": ("csa_qk_pv", _csa_qk_pv_live_inputs,
+        "graph @k<T = 8>(%q: bf16[T,4,64], %kv: bf16[100,64], %swa: i32[T,8], %cmp: bf16[80,64], %ci: i32[T,40],"
+        " %bias: f32[T,48], %order: i32[T*3]) {\n"
+        "  %m, %l, %o = csa_qk_pv(%q, %kv, %swa, %cmp, %ci, %bias, %order) {scale = 0.125, k_tile = 16,"
+        " live_blocks = 2} : f32[T,2,4], f32[T,2,4], f32[T,2,4,64]\n  return %m, %l, %o\n}\n"),
     "raw_attn_partial_masked": ("hca_raw_attn", _raw_attn_inputs,
         "graph @k<T = 10>(%q: bf16[T,4,64], %rows: bf16[T,16,64], %rt: bf16[T,64,16], %idx: i32[T,16]) {\n"
         "  %m, %l, %h = hca_raw_attn(%q, %rows, %rt, %idx) {scale = 0.125} : f32[T,4], f32[T,4], f32[T,4,64]\n"
@@ -410,6 +429,10 @@ def test_edge_cases_reach_what_they_claim(batch):
     _, job, _ = batch["writeback_skip_and_duplicates"]
     slots = job.inputs["slot_mapping"]
     assert (slots < 0).sum() == 3 and len(set(slots[slots >= 0])) < (slots >= 0).sum()
+    task, job, _ = batch["csa_qk_pv_live_blocks"]
+    ci = job.inputs["cmp_sparse_indices"]
+    assert task.attrs["live_blocks"] == 2 and job.goldens["m"].shape[1] == 2
+    assert (ci[:, 8:20] >= 0).any() and (ci[:, 24:] < 0).all()    # block 1 straddles, block 2 could hold nothing
     _, job, _ = batch["csa_qk_pv_straddle_partial"]
     assert job.goldens["m"][3].max() == np.float32(-1e20) and not job.goldens["o"][3].any()
     _, job, _ = batch["cmp_qk_pv_two_items_max_rows"]

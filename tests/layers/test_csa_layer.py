@@ -135,6 +135,20 @@ def test_topk_path_records_the_bypass_facts():
     assert graph(4, "flash").nodes["idx.topk"].attrs["max_visible"] == 2048
 
 
+def test_context_bound_sets_the_live_qk_blocks():
+    """A context bound that leaves top-k blocks empty shrinks csa.qk_pv to its live blocks (flash 16×256: window
+    128 + 64 visible entries → 2 of 5 blocks of 128); the cache capacity leaves it whole (no attribute)."""
+    from dspark_ir.layers.csa import live_qk_blocks
+
+    bounded = layers.build("decode-csa", config="flash", tp=4, batch=16, seq=8, max_context=256)
+    qk = bounded.nodes["csa.qk_pv"]
+    assert qk.attrs["live_blocks"] == 2 and qk.results[0].type.shape[1].value() == 2
+    assert bounded.nodes["csa.merge_norm"].operands[0] is qk.results[0]
+    assert "live_blocks" not in graph(4, "flash").nodes["csa.qk_pv"].attrs
+    assert live_qk_blocks(128, 512, 2048, 128) == {} and live_qk_blocks(128, 512, 0, 128) == {"live_blocks": 1}
+    assert live_qk_blocks(128, 512, 384, 128) == {"live_blocks": 4} and live_qk_blocks(128, 512, 385, 128) == {}
+
+
 # ---- golden match -------------------------------------------------------------------------------------------
 def check_stages(cfg, inp, env):
     """My stages, fed the graph's own upstream values, against the golden's functions: bitwise (head weights:

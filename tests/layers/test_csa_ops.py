@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dspark_ir.errors import VerifyError
+from dspark_ir.errors import ShapeError, VerifyError
 from dspark_ir.graph import Graph
 from dspark_ir.semantics import sparse as K
 from dspark_ir.types import TensorType
@@ -81,6 +81,34 @@ def test_an_empty_block_is_neutral_in_the_merge():
     both = K.csa_merge_norm(m, l, o, sink, cos, sin, o_groups=2)
     alone = K.csa_merge_norm(m[:, :1], l[:, :1], o[:, :1], sink, cos, sin, o_groups=2)
     assert bitwise(both, alone)
+
+
+def test_live_blocks_are_the_leading_blocks():
+    """live_blocks = n: the partials of the first n blocks, bit for bit those of the full op (the caller's bound
+    says the later ones are empty, and an empty block is neutral in the merge: test above)."""
+    T, H, HD, W = 4, 2, 16, 8
+    q = RNG.standard_normal((T, H, HD)).astype(K.BF16)
+    cache = RNG.standard_normal((64, HD)).astype(K.BF16)
+    swa = RNG.integers(0, 64, (T, W)).astype(np.int32)
+    cmp_idx = np.concatenate([RNG.integers(0, 64, (T, W)), np.full((T, 2 * W), -1)], axis=1).astype(np.int32)
+    bias = np.zeros((T, 4 * W), np.float32)
+    order = np.arange(4 * T, dtype=np.int32)
+    full = K.csa_qk_pv(q, cache, swa, cache, cmp_idx, bias, order, scale=0.25, k_tile=W)
+    live = K.csa_qk_pv(q, cache, swa, cache, cmp_idx, bias, order, scale=0.25, k_tile=W, live_blocks=2)
+    assert all(x.shape[1] == 2 and bitwise(x, f[:, :2]) for x, f in zip(live, full))
+    assert np.all(full[0][:, 2:] == np.float32(-1e20)) and not full[1][:, 2:].any()
+
+
+def test_live_blocks_shape_rule():
+    g = Graph("t", {"T": 4})
+    ins = [g.add_param("q", TensorType.of("bf16", ["T", 2, 16])), g.add_param("kv", TensorType.of("bf16", [64, 16])),
+           g.add_param("swa", TensorType.of("i32", ["T", 8])), g.add_param("cmp", TensorType.of("bf16", [64, 16])),
+           g.add_param("ci", TensorType.of("i32", ["T", 24])), g.add_param("bias", TensorType.of("f32", ["T", 32])),
+           g.add_param("order", TensorType.of("i32", ["T*4"]))]
+    node = g.add_op("csa_qk_pv", ins, dict(scale=0.25, k_tile=8, live_blocks=2), names=["m", "l", "o"])
+    assert [r.type.shape[1].value() for r in node.results] == [2, 2, 2]
+    with pytest.raises(ShapeError, match=r"live_blocks must be in \[1, 4\]"):
+        g.add_op("csa_qk_pv", ins, dict(scale=0.25, k_tile=8, live_blocks=5), names=["m5", "l5", "o5"])
 
 
 def _touch_graph(read_touched: bool) -> Graph:

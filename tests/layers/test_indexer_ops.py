@@ -112,6 +112,25 @@ def test_topk_ties_keep_the_lower_index_and_pad_with_minus_one():
     assert bitwise(topk, topk_indices(cfg, score, vis))
 
 
+def test_score_capped_at_max_visible():
+    """max_visible caps visible: entries below it as without the cap, FP32_NEG_INF from it on (the template then
+    reads only its pages); a cap at or above every visible length changes nothing."""
+    cfg, inputs, x_normed, qr, qr_scale = case(0, "long_cache")
+    q_i8, q_s = query_side(cfg, inputs, qr, qr_scale)
+    args = (q_i8, q_s, weights(cfg, x_normed, inputs), inputs["idx_kv_cache"], inputs["idx_kv_scale"],
+            inputs["idx_block_table"], inputs["positions"], inputs["kv_seq_len"])
+    full = K.idx_score(*args, block_size=cfg.block_size, **score_args(cfg))
+    vis = visible_lengths(cfg, inputs["positions"], inputs["kv_seq_len"])
+    cap = int(vis.max()) // 2
+    capped = K.idx_score(*args, block_size=cfg.block_size, max_visible=cap, **score_args(cfg))
+    assert bitwise(capped[:, :cap], full[:, :cap]) and np.all(capped[:, cap:] == K.FP32_NEG_INF)
+    assert np.any(full[:, cap:] != K.FP32_NEG_INF)
+    assert bitwise(K.idx_score(*args, block_size=cfg.block_size, max_visible=int(vis.max()), **score_args(cfg)), full)
+    topk = K.idx_topk(capped, inputs["positions"], inputs["kv_seq_len"], k=cfg.idx_topk, max_visible=cap,
+                      **score_args(cfg))
+    assert bitwise(topk, topk_indices(cfg, capped, np.minimum(vis, cap)))
+
+
 @pytest.mark.parametrize("regime", ["empty_cmp", "short_cache", "window_boundary", "topk_boundary"])
 def test_bounded_writer_is_the_topk_set_when_visible_fits(regime):
     """The bypass precondition holds in these regimes (visible ≤ idx_topk): same set, ascending, −1 tail; the

@@ -7,7 +7,15 @@ import pytest
 
 from dspark_ir import layers
 from lowering import build_task_graph
-from perf.costs import KernelCost, PyptoCosts, cost_key, kernel_source, roofline_cost
+from perf.costs import (
+    LOCAL_PART_NOTE,
+    KernelCost,
+    PyptoCosts,
+    cost_key,
+    kernel_source,
+    local_part_source,
+    roofline_cost,
+)
 from perf.executors import SimOutcome, parse_swimlane, read_swimlanes
 
 
@@ -80,14 +88,41 @@ def test_cache_round_trip_and_offline_fallback(tg, tmp_path):
 
 
 def test_untemplated_and_collective_tasks_fall_back_to_the_roofline(tg, tmp_path):
+    """A collective without a local part (the window release) is a roofline estimate; the others are costed from
+    their local part (here offline with an empty cache: roofline until a run is cached)."""
     src = PyptoCosts(cache=tmp_path, offline=True)
     coll = [t for t in tg.kernels if t.collective]
     costs = src.costs(tg, [t.id for t in coll])
-    assert all(c.source == "roofline" and "collective" in c.note for c in costs.values())
+    assert {t.op for t in coll} >= {"o_group_a2a", "tp_o_reduce_scatter", "window_copy_out"}
+    for t in coll:
+        local = kernel_source(t, tg) or local_part_source(t)
+        assert costs[t.id].source == "roofline"
+        assert ("no cached cost-model result" if local else "collective") in costs[t.id].note, t.op
+        assert (local is None) == (t.op == "window_release"), t.op
     dummy = next(t for t in tg.tasks if t.is_dummy)
     assert src.costs(tg, [dummy.id])[dummy.id].source == "dummy"
     rc = roofline_cost(tg.task("swa.swa_gather_kv"))
     assert rc.span > 0 and rc.work_vector >= rc.span
+
+
+def test_a_collective_s_local_part_is_costed_and_labelled(tg, tmp_path):
+    """The reduce-scatter's local part (its ordered sum of tp row slices) is what the cost model runs; a cached
+    run of it is its cost, labelled as the local part only. Never a lowering template."""
+    from lowering.codegen import find_template
+
+    t = next(t for t in tg.kernels if t.op == "tp_o_reduce_scatter")
+    assert find_template(t, tg.ranks) is None and kernel_source(t, tg) is None
+    src_text = local_part_source(t)
+    assert "\ndef kernel(" in src_text and src_text.count("pypto.add(") == int(t.attrs["tp"]) - 1
+    src = PyptoCosts(cache=tmp_path, offline=True)
+    art = tmp_path / "art" / "call" / "CostModelSimulationOutput"
+    art.mkdir(parents=True)
+    (art / "_simulate.swim.json").write_text(json.dumps(
+        [{"coreType": "AIV", "tasks": [{"execStart": 9000, "execEnd": 10800}]}]))
+    assert src._record(t, cost_key(t, src_text), SimOutcome(True, cycles=10800, tasks=1,
+                                                            lanes=read_swimlanes(tmp_path / "art")))
+    got = src.costs(tg, [t.id])[t.id]
+    assert got.source == "pypto" and got.span == 1800.0 and got.note == LOCAL_PART_NOTE
 
 
 @pytest.mark.pypto
