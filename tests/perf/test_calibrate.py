@@ -154,3 +154,18 @@ def test_cli_check_needs_a_result_file(tmp_path, capsys):
 def test_cli_check_and_swimlane_exclude_each_other(capsys):
     assert main(["calibrate", "--check", "--swimlane"]) == 2
     assert "exclude each other" in capsys.readouterr().err
+
+
+def test_ab_runs_the_chosen_schedule_model(tmp_path):
+    import json
+
+    base = ["ab", "decode-hca", "--config", "tiny", "--tp", "2", "--batch", "4", "--seq", "4", "--source", "roofline",
+            "--no-loo", "--no-aoi", "--no-steps", "--no-plots", "--no-traces", "--no-progress"]
+    out = {}
+    for model in ("chip", "legacy"):
+        assert main([*base, "--model", model, "-o", str(tmp_path / model)]) == 0
+        out[model] = json.loads((tmp_path / model / "ab.json").read_text())
+    assert out["chip"]["schedule"]["model"] == "chip" and out["legacy"]["schedule"]["model"] == "legacy"
+    assert out["chip"]["schedule"]["hop_cycles"] > 0 and out["legacy"]["schedule"]["hop_cycles"] == 0
+    lat = {m: out[m]["cases"][0]["variants"][0]["latency_us"] for m in out}
+    assert lat["chip"] != lat["legacy"]
