@@ -10,7 +10,8 @@ Everything else is the chip's (dspark_ir/hardware.py: dispatch D, cores, the AIC
 
 What each fact predicts under the model:
 * swimlane makespan: the AICore makespan of our graph scheduled by the chip model (the graph of the captured
-  code: HCA decode, default pipeline, the case's shape), vs 866.16 µs;
+  code: HCA decode, default pipeline, the case's shape), vs 866.16 µs; its static critical path (the longest
+  chain of tasks alone, no hops, no core limits: schedule rule 5) vs 591.32 µs;
 * swimlane gaps: D + H + c (a consumer's first block starts that long after its producer finishes: ready after
   D + H, then one block issue) vs the mean of the critical-path gaps that are producer -> consumer waits
   (the model has one gap, so it is fitted to their mean, not to each: relative errors of single gaps would
@@ -172,6 +173,10 @@ def residuals(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
     if makespan is not None:
         out.append(Residual("swimlane_makespan", "AICore makespan", float(facts["swimlane"]["makespan_us"]),
                             makespan))
+        if "static_critical_us" in facts["swimlane"]:
+            out.append(Residual("swimlane_static_critical", "static critical path (infinite cores)",
+                                float(facts["swimlane"]["static_critical_us"]),
+                                params.us(schedule(tasks, costs, params).critical)))
     waits = [float(g) for g in facts["gaps"]["hop_gaps_us"] if g > 0]
     if waits:
         out.append(Residual("swimlane_gaps", f"mean of {len(waits)} producer -> consumer gaps", sum(waits) / len(waits),
