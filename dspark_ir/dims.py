@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Union
 
+from .errors import DimError
+
 DimLike = Union["Dim", int, str]
 
 
@@ -243,7 +245,7 @@ def dmax(a: DimLike, b: DimLike) -> Dim:
 
 def _check_divisor(b: Dim) -> None:
     if isinstance(b, Const) and b.n <= 0:
-        raise ValueError(f"division by non-positive {b.n}")
+        raise DimError(f"division by non-positive {b.n}")
 
 
 _BUILDERS = {"+": add, "-": sub, "*": mul, "//": floordiv, "ceil": ceildiv, "min": dmin, "max": dmax}

@@ -30,6 +30,10 @@ class ShapeError(DsparkError):
     """An op's shape or dtype rule rejected its operands or attributes."""
 
 
+class DimError(DsparkError, ValueError):
+    """A dim expression divides by zero or by a negative number (when built, or when its symbols are bound)."""
+
+
 class VerifyError(DsparkError):
     """A graph broke an IR invariant."""
 
@@ -42,5 +46,7 @@ def did_you_mean(name: str, candidates) -> str:
     """' (did you mean 'x'?)' when a close candidate exists, else ''."""
     import difflib
 
+    if len(name) > 100:          # difflib is quadratic in the name: no suggestion for a long one
+        return ""
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -1,8 +1,11 @@
 """Fuzzing of the front end: grammar-based generation plus byte- and token-level mutation.
 
-The property: every input ends in a parsed, verified graph or in a located `DsparkError`
-(`file:line:col` or a node name). Any other exception, or an input that takes longer than the
-per-input budget, is a crash; `run_fuzz` returns them so callers can save a regression corpus.
+The property: every input ends in a parsed, verified graph that prints and reads back to the same text, or in a
+located one-line `DsparkError` (`file:line:col` or a node name). Any other exception, or an input that takes
+longer than the per-input budget, is a crash; `run_fuzz` returns them so callers can save a regression corpus.
+Besides random edits, the mutators aim at what broke before: string escapes and control characters, deep
+lists and dims, long whitespace runs, huge literals and names, zero, negative and dividing-by-zero dims, rank-0
+and zero-size operands, and graph attributes of the wrong type.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Callable, Iterator
 
 from .errors import DsparkError
 from .text.parser import parse_module
+from .text.printer import print_graph
 from .verifier import verify
 
 DTYPES = ("bf16", "f32", "i8", "i32", "fp16")
@@ -124,8 +128,93 @@ def _long_expression(text: str, rng: random.Random) -> str:
         text.replace("[T,", f"[{piece},", 1)
 
 
-_MUTATORS: tuple[Callable[[str, random.Random], str], ...] = (
-    _delete_span, _insert_token, _duplicate_line, _swap_tokens, _flip_byte, _nest, _long_expression)
+STRINGS = ('"\\x"', '"\\u12"', '"\\N{NOPE}"', '"\\U00110000"', '"a\nb"', '"a\x00b"', '"\ta"', '"\\"',
+           '"\\n\\t\\r\\"\\\\"', '"\\x41\\u00e9\\U0001f600"', '"é\u2028"', '"\\', '"\\\n"', '"\x7f"')
+
+
+def _attr_at(text: str, rng: random.Random, attr: str) -> str:
+    """`attr` added to a statement's attributes (or as its attribute dict)."""
+    statements = [m for m in re.finditer(r"\)( \{| :)", text)]
+    if not statements:
+        return text
+    m = rng.choice(statements)
+    added = f" {{{attr}," if m.group(1) == " {" else f" {{{attr}}} :"
+    return text[:m.start() + 1] + added + text[m.end():]
+
+
+def _string_attr(text: str, rng: random.Random) -> str:
+    return _attr_at(text, rng, f"sched = {rng.choice(STRINGS)}")
+
+
+def _deep_list(text: str, rng: random.Random) -> str:
+    depth = rng.choice([15, 16, 17, 500, 5000])
+    key = rng.choice(["tile", "sched", "blocks"])
+    return _attr_at(text, rng, f"{key} = " + "[" * depth + "8" + "]" * depth)
+
+
+def _whitespace_run(text: str, rng: random.Random) -> str:
+    i = rng.randrange(len(text) + 1)
+    return text[:i] + rng.choice([" ", "\n", "\t", " \n"]) * rng.choice([1000, 65536]) + text[i:]
+
+
+def _huge_literal(text: str, rng: random.Random) -> str:
+    n = rng.choice([2000, 100_000, 1_000_000])
+    literal = rng.choice(['"' + "a" * n + '"', '"' + "\\n" * (n // 2) + '"', "9" * n, "1." + "5" * n, "x" * n,
+                          "[" + "1, " * (n // 3) + "1]"])
+    if rng.random() < 0.3:      # a huge name instead
+        return text.replace("%x", "%" + "x" * n, 2)
+    return _attr_at(text, rng, f"{rng.choice(['sched', 'blocks', 'tile', 'eps'])} = {literal}")
+
+
+BAD_DIMS = ("0", "-1", "T-T", "ceil(T/(T-T))", "T-{t}", "T-{t}-1", "T//(T-{t})", "ceil(T/(T-{t}))", "U",
+            "min(T, 0)", "ceil(TT/4)", "1")
+
+
+def _bad_dims(text: str, rng: random.Random) -> str:
+    """Bound symbols < 1, and dims that are zero, negative or divide by zero at the graph's T, or use an unbound
+    symbol."""
+    bound = re.search(r"<T = (\d+)>", text)
+    dim = rng.choice(BAD_DIMS).format(t=bound.group(1) if bound else 16)
+    choice = rng.random()
+    if choice < 0.2:
+        return re.sub(r"<T = \d+>", f"<T = {rng.choice(['0', '1', '-1'])}>", text, count=1)
+    if choice < 0.6:
+        return _attr_at(text, rng, f"blocks = {dim}")
+    shapes = list(re.finditer(r"\[T,", text))
+    if not shapes:
+        return text
+    m = rng.choice(shapes)
+    return text[:m.start()] + f"[{dim}," + text[m.end():]
+
+
+def _rank_change(text: str, rng: random.Random) -> str:
+    """A rank-0, zero-size or lower-rank operand type."""
+    shapes = list(re.finditer(r"\[[^\]\[]*\]", text))
+    if not shapes:
+        return text
+    m = rng.choice(shapes)
+    return text[:m.start()] + rng.choice(["[]", "[0]", "[0,0]", "[T]", "[0,64]", "[T,0]", "[1]"]) + text[m.end():]
+
+
+GRAPH_ATTRS = ("ranks = 2.0", "ranks = true", "ranks = 0", "tp = \"x\"", "tp = -1", "layer = 3", "outputs = [1]",
+               "config = [\"a\"]", "ep = 1.5", "layers = false", "note = \"\\x\"", "ranks = 2", "kind = \"swa\"")
+
+
+def _graph_attribute(text: str, rng: random.Random) -> str:
+    attrs = ", ".join(rng.sample(GRAPH_ATTRS, rng.randint(1, 2)))
+    return re.sub(r"\) \{\n", lambda _: f") attributes {{{attrs}}} {{\n", text, count=1)
+
+
+Mutator = Callable[[str, random.Random], str]
+# The mutators aimed at one class of hostile input each (issue 22), by name.
+HOSTILE_MUTATORS: dict[str, Mutator] = {
+    "string escapes": _string_attr, "deep lists": _deep_list, "whitespace runs": _whitespace_run,
+    "huge literals": _huge_literal, "zero, negative and dividing dims": _bad_dims,
+    "rank-0 and zero-size operands": _rank_change, "wrong-typed graph attributes": _graph_attribute,
+}
+_MUTATORS: tuple[Mutator, ...] = (
+    _delete_span, _insert_token, _duplicate_line, _swap_tokens, _flip_byte, _nest, _long_expression,
+    *HOSTILE_MUTATORS.values())
 
 
 def check_one(text: str, budget_s: float = 2.0) -> tuple[str, str]:
@@ -136,8 +225,14 @@ def check_one(text: str, budget_s: float = 2.0) -> tuple[str, str]:
     try:
         for g in parse_module(text, "fuzz.dsir").graphs:
             verify(g)
+            printed = print_graph(g)
+            if print_graph(parse_module(printed, "printed.dsir").entry) != printed:
+                outcome = ("crash", f"graph '@{g.name}' does not print back to the same text")
     except DsparkError as e:
-        outcome = ("rejected", str(e)) if e.location else ("crash", f"unlocated {type(e).__name__}: {e}")
+        if not e.location or "\n" in str(e):
+            outcome = ("crash", f"unlocated or multi-line {type(e).__name__}: {e}"[:500])
+        else:
+            outcome = ("rejected", str(e))
     except Exception as e:  # the property under test: nothing else may escape
         outcome = ("crash", f"{type(e).__name__}: {e}")
     elapsed = time.perf_counter() - start

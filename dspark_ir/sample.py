@@ -10,10 +10,13 @@ on several ranks (attribute `ranks`, else `tp`). Each parameter gets, independen
 * i32/i64: indices in [0, extent) when an op using the parameter declares which operand axis it indexes
   (`OpDef.index_operands = {operand_position: (indexed_operand_position, axis)}`), else in [0, 8);
 * token parameters get no value (the interpreter binds them to None).
-Every dim of every parameter must be bound (`<T = 16>`), else a one-line DsparkError says which.
+Every dim of every parameter must be bound (`<T = 16>`), else a one-line DsparkError says which. A graph whose
+values (parameters and every op result, on every rank) would take more than VALUES_LIMIT_BYTES gets no inputs:
+a one-line SampleError says how much they would need (T = 2**24 verifies, but cannot run in numpy).
 """
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Any
 
@@ -26,16 +29,32 @@ from .graph import Graph, Value
 from .interp import rank_count
 
 SMALL_INDEX = 8
+VALUES_LIMIT_BYTES = 8 << 30   # what the reference interpreter may hold for one run (all ranks)
 
 
 class SampleError(DsparkError):
-    """Inputs cannot be generated for a graph (an unbound symbol)."""
+    """Inputs cannot be generated for a graph (an unbound symbol, or values too large to hold)."""
 
 
 def sample_inputs(g: Graph, seed: int = 0) -> dict[str, Any] | list[dict[str, Any]]:
+    check_size(g)
     ranks = rank_count(g)
     per_rank = [_rank_inputs(g, seed, r) for r in range(ranks)]
     return per_rank if ranks > 1 else per_rank[0]
+
+
+def check_size(g: Graph) -> None:
+    """Refuse (SampleError) a graph whose values would not fit what a numerics run may hold."""
+    total = 0
+    for v in [*g.params, *(r for node in g.nodes.values() for r in node.results)]:
+        shape = None if v.type.is_token else v.type.concrete_shape(g.env)
+        if shape is not None:
+            total += math.prod(shape) * np.dtype(NP_DTYPES[v.type.dtype.value]).itemsize
+    total *= rank_count(g)
+    if total > VALUES_LIMIT_BYTES:
+        raise SampleError(f"its values would need {total / 2**30:.3g} GiB over {rank_count(g)} rank(s) "
+                          f"(T = {g.symbols.get('T')}), more than the {VALUES_LIMIT_BYTES >> 30} GiB a numerics "
+                          "check may hold", f"graph '@{g.name}'")
 
 
 def _rank_inputs(g: Graph, seed: int, rank: int) -> dict[str, Any]:

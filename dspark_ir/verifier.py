@@ -1,10 +1,12 @@
 """The verifier: structural, type, attribute, tiling and buffer invariants. Errors name the node."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from .errors import ShapeError, VerifyError
+from .dims import Dim
+from .errors import DimError, ShapeError, VerifyError
 from .graph import Graph, Node, Value, infer_types
+from .ops.base import format_attr_value
 from .types import TensorType
 
 GraphCheck = Callable[[Graph], Iterable[VerifyError]]
@@ -24,9 +26,24 @@ def verify(g: Graph) -> None:
         raise error
 
 
+def _count(least: int) -> tuple[str, Callable[[Any], bool]]:
+    return f"an integer >= {least}", lambda v: type(v) is int and v >= least
+
+
+_TEXT = ("a string", lambda v: isinstance(v, str))
+# The graph attributes the tools read, and what each must be; other attributes are free-form notes.
+GRAPH_ATTRIBUTES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "layer": _TEXT, "config": _TEXT, "kind": _TEXT,
+    "tp": _count(1), "ranks": _count(1), "ep": _count(1), "layers": _count(1),
+    "layer_id": _count(0), "max_context": _count(0),
+    "outputs": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+
+
 def check(g: Graph) -> Iterator[VerifyError]:
     """Yield every problem found, in a deterministic order (header, then nodes in order)."""
-    yield from _check_header(g)
+    header_errors = list(_check_header(g))
+    yield from header_errors
     yield from _check_references(g)
     try:
         order = g.topo_order()
@@ -40,7 +57,7 @@ def check(g: Graph) -> Iterator[VerifyError]:
             node_errors = True
             yield error
     yield from _check_buffers(g, order)
-    if node_errors:
+    if node_errors or header_errors:
         return
     from .ops import load_all
 
@@ -53,17 +70,80 @@ def _err(message: str, where: str) -> VerifyError:
     return VerifyError(message, where)
 
 
+def _shown(value: Any) -> str:
+    text = format_attr_value(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_header(g: Graph) -> Iterator[VerifyError]:
     where = f"{g.loc}: graph '@{g.name}'" if g.loc else f"graph '@{g.name}'"
-    declared = set(g.symbols)
+    for name, value in g.symbols.items():
+        if value is not None and value < 1:
+            yield _err(f"symbol {name} = {value}: a bound symbol must be at least 1", where)
+    for key, value in g.attributes.items():
+        rule = GRAPH_ATTRIBUTES.get(key)
+        if rule is not None and not rule[1](value):
+            yield _err(f"graph attribute '{key}' must be {rule[0]}, got {_shown(value)}", where)
+    declared, env = set(g.symbols), g.env
     for p in g.params:
         unknown = p.type.symbols() - declared
         if unknown:
             yield _err(f"parameter %{p.name} uses undeclared symbol '{sorted(unknown)[0]}'", where)
+        else:
+            problem = _extent_problem(p.type, env)
+            if problem:
+                yield _err(f"parameter %{p.name}: {problem}", where)
         if p.inout and p.type.is_token:
             yield _err(f"parameter %{p.name}: a token cannot be inout", where)
     if not g.returns:
         yield _err("graph returns nothing", where)
+
+
+def _extent_problem(t: TensorType, env: Mapping[str, int]) -> str | None:
+    """Why a type's shape is not a list of extents >= 0 once `env` binds its symbols, or None."""
+    for d in t.shape:
+        problem = _dim_problem(d, env)
+        if problem:
+            return f"{t}: {problem}"
+        n = d.value(env)
+        if n is not None and n < 0:
+            return f"{t}: extent {d} is {n}{_bound(d, env)}"
+    return None
+
+
+def _dim_problem(d: Dim, env: Mapping[str, int]) -> str | None:
+    try:
+        d.evaluate(env)
+    except DimError as e:
+        return f"{d} has a {e.message}{_bound(d, env)}"
+    return None
+
+
+def _bound(d: Dim, env: Mapping[str, int]) -> str:
+    bound = [f"{s} = {env[s]}" for s in sorted(d.symbols()) if s in env]
+    return f" at {', '.join(bound)}" if bound else ""
+
+
+def _attr_problems(attrs: Mapping[str, Any], declared: set[str], env: Mapping[str, int]) -> list[str]:
+    """Dim attributes: symbols declared, no division by zero once bound, blocks >= 1."""
+    problems = []
+    for key, value in attrs.items():
+        for d in (value,) if isinstance(value, Dim) else value if isinstance(value, tuple) else ():
+            if not isinstance(d, Dim):
+                continue
+            unknown = d.symbols() - declared
+            if unknown:
+                problems.append(f"attribute '{key}' uses undeclared symbol '{sorted(unknown)[0]}'")
+                continue
+            problem = _dim_problem(d, env)
+            if problem:
+                problems.append(f"attribute '{key}': {problem}")
+                continue
+            n = d.value(env)
+            if key == "blocks" and n is not None and n < 1:
+                value = f"{d}" if str(d) == str(n) else f"{d} = {n}"
+                problems.append(f"attribute 'blocks' must be at least 1, got {value}")
+    return problems
 
 
 def _check_references(g: Graph) -> Iterator[VerifyError]:
@@ -85,6 +165,12 @@ class _Rule:
         self.axes: list | None = None
         self._same: dict[tuple[int, int], tuple] = {}   # (result, id(declared type)) → (type, _same_type)
         self._extents: dict[int, int | None] = {}        # tiled axis → its extent's value
+        self._attr_problems: list[str] | None = None
+
+    def attr_problems(self, node: Node, declared: set[str], env: dict[str, int]) -> list[str]:
+        if self._attr_problems is None:
+            self._attr_problems = _attr_problems(node.attrs, declared, env)
+        return self._attr_problems
 
     def same_type(self, r: int, declared: TensorType, env: dict[str, int]) -> bool:
         """_same_type(declared, the inferred type of result r, env)."""
@@ -118,6 +204,14 @@ class _Rules:
     def __init__(self):
         self._known: dict[tuple, _Rule] = {}
         self._unknown: dict[int, tuple] = {}     # id(type) → (type, its undeclared symbols)
+        self._extent: dict[int, tuple] = {}      # id(type) → (type, _extent_problem(type))
+
+    def extent_problem(self, t: TensorType, env: dict[str, int]) -> str | None:
+        """_extent_problem(t, env) (the graph's env: the same throughout a check)."""
+        known = self._extent.get(id(t))
+        if known is None or known[0] is not t:
+            known = self._extent[id(t)] = (t, _extent_problem(t, env))
+        return known[1]
 
     def undeclared(self, t: TensorType, declared: set[str]) -> frozenset[str]:
         """t.symbols() - declared (the graph's symbols: the same throughout a check)."""
@@ -143,11 +237,26 @@ def _check_node(g: Graph, node: Node, env: dict[str, int], declared_symbols: set
     except ShapeError as e:
         yield _err(e.message, node.where)
         return
+    problems = rule.attr_problems(node, declared_symbols, env)
+    for problem in problems:
+        yield _err(problem, node.where)
+    if problems:
+        return
     for r, (v, expected) in enumerate(zip(node.results, inferred)):
         unknown = rules.undeclared(v.type, declared_symbols)
         if unknown:
             yield _err(f"result %{v.name} uses undeclared symbol '{sorted(unknown)[0]}'", node.where)
-        if not rule.same_type(r, v.type, env):
+            continue
+        problem = rules.extent_problem(v.type, env)
+        if problem:
+            yield _err(f"result %{v.name}: {problem}", node.where)
+            continue
+        try:
+            same = rule.same_type(r, v.type, env)
+        except DimError as e:      # the inferred type divides by zero where the declared one does not
+            yield _err(f"result %{v.name}: {node.op} gives {expected}, which has a {e.message}", node.where)
+            continue
+        if not same:
             yield _err(f"result %{v.name} has type {v.type} but {node.op} gives {expected}", node.where)
     if len(inferred) != len(node.results):
         yield _err(f"{node.op} gives {len(inferred)} results, {len(node.results)} declared", node.where)
@@ -170,7 +279,10 @@ def _check_tiles(node: Node, rule: _Rule, env: dict[str, int]) -> Iterator[Verif
         if size <= 0:
             yield _err(f"tile size for axis '{axis}' must be positive, got {size}", node.where)
             continue
-        n = rule.extent(i, env)
+        try:
+            n = rule.extent(i, env)
+        except DimError:           # reported on the type it comes from
+            continue
         if n is None or n % size == 0 or node.attrs.get("tail") == "clamp":
             continue
         yield _err(f"tile {size} does not divide axis '{axis}' = {n} (declare tail = clamp)", node.where)

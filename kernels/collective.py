@@ -1,4 +1,7 @@
-"""pypto 0.2.0 templates of the collective kernel family (the ops' numpy semantics: dspark_ir/semantics/collective.py)."""
+"""pypto 0.2.0 templates of the collective kernel family.
+
+The ops' numpy semantics: dspark_ir/semantics/collective.py.
+"""
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------

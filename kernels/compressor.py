@@ -1,4 +1,7 @@
-"""pypto 0.2.0 templates of the compressor kernel family (the ops' numpy semantics: dspark_ir/semantics/compressor.py)."""
+"""pypto 0.2.0 templates of the compressor kernel family.
+
+The ops' numpy semantics: dspark_ir/semantics/compressor.py.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -732,7 +735,8 @@ class _PtoTilePool:
     (state_in, the rows this step writes from the tokens), on rank-2 blocks (the cost model charges a rank-3 op
     per leading-dim slice): k window rows of all nb requests are gathered as [k·nb, c] (slot-major: row r of
     request b at r·nb + b) and masked by a [k·nb, 1] flag column (a rank-2 broadcast), then read as [k, nb·c]
-    (the same UB tile: request b at columns [b·c, (b+1)·c)), so that the row max and den broadcast as [1, nb·c] rows and every row of a sum is one
+    (the same UB tile: request b at columns [b·c, (b+1)·c)), so that the row max and den broadcast as [1, nb·c] rows
+    and every row of a sum is one
     [1, nb·c] op for the whole tile."""
 
     def __init__(self, src: Src, spec: KernelSpec, nb: int, halves, slots: _WindowSlots, news: _WindowNews):

@@ -20,8 +20,10 @@ from .pto import ITEMSIZE, L0A_BYTES, L0B_BYTES, L0C_BYTES, Src, ceil_div, py_li
 
 _PTO_CUBE_CORES = HARDWARE.cube_cores
 _PTO_L1_BYTES = HARDWARE.l1_bytes  # L1: the A and B slices of one L1 k step (single-buffered; beyond it pypto spills)
-_PTO_L1_SHARE_BYTES = HARDWARE.l1_bytes * 3 // 4  # the O projections' L1 share of one cube tile's A and B slices (576 KiB overflows)
-_PTO_COPY_CYCLES = HARDWARE.copy_in_cycles  # cost model: fixed cycles of one copy into L1 / UB (one MTE_IN pipe per core) ...
+# the O projections' L1 share of one cube tile's A and B slices (576 KiB overflows)
+_PTO_L1_SHARE_BYTES = HARDWARE.l1_bytes * 3 // 4
+# cost model: fixed cycles of one copy into L1 / UB (one MTE_IN pipe per core) ...
+_PTO_COPY_CYCLES = HARDWARE.copy_in_cycles
 _PTO_COPY_BYTES_PER_CYCLE = HARDWARE.copy_in_bytes_per_cycle  # ... plus its bytes at this rate
 _PTO_ROUND_CYCLES = HARDWARE.task_round_cycles  # the gap before a core's next task (dispatch and start latency)
 _PTO_TASK_CYCLES = HARDWARE.task_schedule_cycles  # the AICPU's scheduling per task (serial over the kernel's tasks)

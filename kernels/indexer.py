@@ -273,7 +273,10 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     nb = _pto_divisor(batch, max(1, 512 // (seq * heads)))
     cp = _pto_divisor(pages, max(1, 512 // (nb * bs)))
     width, rows, tail = cp * bs, nb * seq, score_len - span
-    cat = (lambda xs, axis: xs[0] if len(xs) == 1 else f"pypto.concat([{', '.join(xs)}], {axis})")
+
+    def cat(xs, axis):
+        return xs[0] if len(xs) == 1 else f"pypto.concat([{', '.join(xs)}], {axis})"
+
     src = Src(spec.signature())
     for c in range(pages // cp):
         pto_set_tile(src, [max(8, min(width, 4096))])
@@ -342,7 +345,8 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
         if tail:
             pto_tile(src, (rows, tail))
-            src(f"pypto.assemble(pypto.full([{rows}, {tail}], {PTO_NEG_INF!r}, pypto.DT_FP32), [t0, {span}], {out.name})")
+            fill = f"pypto.full([{rows}, {tail}], {PTO_NEG_INF!r}, pypto.DT_FP32)"
+            src(f"pypto.assemble({fill}, [t0, {span}], {out.name})")
     return src.text()
 
 

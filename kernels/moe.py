@@ -528,7 +528,8 @@ def pypto_dispatch_push_ep1(spec: KernelSpec) -> str:
             src(f"{name} = {expr}")
         src(f"old_s = pypto.reshape(pypto.view({ra_in.name}, [1, {rm}, 1], [e, 0, 0]), [{rm}, 1])")
         src(f"old_w = pypto.reshape(pypto.view({ra_in.name}, [1, {rm}, 1], [e, 0, 1]), [{rm}, 1])")
-        src(f"old_r = {cast_expr(f'pypto.reshape(pypto.view({rr_in.name}, [1, {rm}], [e, 0]), [{rm}, 1])', 'i32', 'f32')}")
+        old_r = f"pypto.reshape(pypto.view({rr_in.name}, [1, {rm}], [e, 0]), [{rm}, 1])"
+        src(f"old_r = {cast_expr(old_r, 'i32', 'f32')}")
         src("new_s = pypto.where(hitrow, sc, old_s)")
         src("new_w = pypto.where(hitrow, wt, old_w)")
         src(f"new_r = {cast_expr('pypto.where(hitrow, ro, old_r)', 'f32', 'i32')}")
@@ -540,7 +541,8 @@ def pypto_dispatch_push_ep1(spec: KernelSpec) -> str:
         src(f"pypto.set_cube_tile_shapes({cube_shapes(rm, tokens, hidden, 'f32')})")
         src("xe = pypto.matmul(sel, xf, pypto.DT_FP32)")
         pto_set_tile(src, vec_tile((rm, hidden), 4))
-        src(f"old_x = {cast_expr(f'pypto.reshape(pypto.view({rx_in.name}, [1, {rm}, {hidden}], [e, 0, 0]), [{rm}, {hidden}])', 'i8', 'f32')}")
+        old_x = f"pypto.reshape(pypto.view({rx_in.name}, [1, {rm}, {hidden}], [e, 0, 0]), [{rm}, {hidden}])"
+        src(f"old_x = {cast_expr(old_x, 'i8', 'f32')}")
         src(f"new_x = {cast_expr('pypto.where(hitrow, xe, old_x)', 'f32', 'i8')}")
         pto_set_tile(src, [1] + vec_tile((rm, hidden), 4))
         src(f"pypto.assemble(pypto.reshape(new_x, [1, {rm}, {hidden}]), [e, 0, 0], {rx.name})")
@@ -561,5 +563,6 @@ unsupported(DispatchPush, "collective: one-sided puts of each route's row into i
                           "(prefix counts by a triangular matmul, lanes filled by selection matmuls)")
 unsupported(Combine, "collective: puts every compact expert row back to its origin rank (row t·K + k of that rank's "
                      "routed_y window), each SPMD block notifying `combine_arrived` on every peer; " + _PTO_CROSS_RANK
-                     + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: its one-rank "
+                     + ". At EP1 it is a local row scatter by recv_route (unique rows), notify has no peer: "
+                     "its one-rank "
                      "template")

@@ -173,7 +173,8 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
     """Per (token, block) tile partials over [window rows of kv_cache | top-k rows of cmp_kv] in k_tile-wide blocks
     (static T): per token one gather task (`_pto_csa_keys`: the key rows and the validity row), sᵀ = K·qᵀ per list
     (2-D cube matmuls on q reshaped in place, one L0C tile of up to 512 key rows), one softmax task for all blocks
-    (kernels/attention_blocks.py `pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K assembled
+    (kernels/attention_blocks.py `pto_key_softmax` per block: key-major, m, l as rows), and per block o = bf16(p)ᵀ·K
+    assembled
     through a per-token workspace reshaped in place to [1, n, H, HD]. A block straddling the two lists concatenates
     their rows. An invalid row is a zero row (the reference's `_gather`), so a block without any valid row gives
     o = +0 like the reference. qk_order only orders the work on the NPU (every item writes its own partial), so
@@ -250,8 +251,8 @@ def pypto_csa_qk_pv(spec: KernelSpec) -> str:
 
 @template(HcaRawAttn)
 def pypto_hca_raw_attn(spec: KernelSpec) -> str:
-    """The raw-window stream as ONE tile per token (kernels/attention_blocks.py `PtoWindowAttn`, static T), valid where index ≥ 0;
-    q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
+    """The raw-window stream as ONE tile per token (kernels/attention_blocks.py `PtoWindowAttn`, static T),
+    valid where index ≥ 0; q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
     spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
     src = Src(spec.signature())
@@ -517,7 +518,8 @@ def _pto_numel(t) -> int:
 def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
     """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
     state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
-    hca_stream_pack (pack only), on kernels/attention_blocks.py `PtoGroupMerge` tasks; static T. The heads, the items' heads and
+    hca_stream_pack (pack only), on kernels/attention_blocks.py `PtoGroupMerge` tasks; static T. The heads, the items'
+    heads and
     the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
     spec = spec.static()
     ops = spec.operands

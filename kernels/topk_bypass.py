@@ -1,4 +1,7 @@
-"""pypto 0.2.0 templates of the topk_bypass kernel family (the ops' numpy semantics: dspark_ir/semantics/topk_bypass.py)."""
+"""pypto 0.2.0 templates of the topk_bypass kernel family.
+
+The ops' numpy semantics: dspark_ir/semantics/topk_bypass.py.
+"""
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------

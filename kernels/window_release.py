@@ -1,4 +1,7 @@
-"""pypto 0.2.0 templates of the window_release kernel family (the ops' numpy semantics: dspark_ir/semantics/window_release.py)."""
+"""pypto 0.2.0 templates of the window_release kernel family.
+
+The ops' numpy semantics: dspark_ir/semantics/window_release.py.
+"""
 from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------

@@ -304,7 +304,8 @@ class _Builder:
         return Task(
             tid, node.name, node.op, "kernel", "vector" if core == "none" else core, int(attrs.get("blocks", 1)),
             self._args(node), attrs, opdef.reference_name(), opdef.family, "", self._results(node),
-            operands=len(node.operands), collective=bool(opdef.collective), accumulate=str(attrs.get("accumulate", "none")),
+            operands=len(node.operands), collective=bool(opdef.collective),
+            accumulate=str(attrs.get("accumulate", "none")),
             sched=str(attrs.get("sched") or ""))
 
     def _args(self, node: Node) -> list[Arg]:

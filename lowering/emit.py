@@ -61,7 +61,8 @@ def tasks_json(tg: TaskGraph, command: str = "", report: LintReport | None = Non
 def compact_json(doc: Any) -> str:
     """Indented JSON with short lists of numbers and strings kept on one line."""
     text = json.dumps(doc, indent=1)
-    flat = re.sub(r"\[\s*((?:-?[0-9.eE+-]+|\"[^\"\n]*\"|null|true|false)(?:,\s*(?:-?[0-9.eE+-]+|\"[^\"\n]*\"|null|true|false))*)\s*\]",
+    scalar = r"(?:-?[0-9.eE+-]+|\"[^\"\n]*\"|null|true|false)"
+    flat = re.sub(rf"\[\s*({scalar}(?:,\s*{scalar})*)\s*\]",
                   lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",\n")) + "]", text)
     return flat + "\n"
 
@@ -103,7 +104,8 @@ def orchestrate_source(tg: TaskGraph, command: str = "") -> str:
                      f"core={t.core!r}, blocks={t.blocks},")
         lines.append(f"                 args=[{args}],")
         lines.append(f"                 deps={deps})")
-    lines += ["", "", 'if __name__ == "__main__":', "    raise SystemExit(Orchestrator.main(__file__, orchestrate))", ""]
+    lines += ["", "", 'if __name__ == "__main__":',
+              "    raise SystemExit(Orchestrator.main(__file__, orchestrate))", ""]
     return "\n".join(lines)
 
 

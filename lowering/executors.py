@@ -135,7 +135,8 @@ def run_task(task: Task, mems: Sequence[Memory], split_order: Sequence[int] | No
     except LoweringError:
         raise
     except Exception as e:
-        raise LoweringError(f"{task.op} reference failed: {type(e).__name__}: {e}", f"task {task.id} '{task.name}'") from e
+        raise LoweringError(f"{task.op} reference failed: {type(e).__name__}: {e}",
+                            f"task {task.id} '{task.name}'") from e
     for mem, ops, out in zip(mems, per_rank, results):
         store_results(task, mem, out)
         store_side_effects(task, mem, ops)

@@ -9,7 +9,8 @@
 * Where a task runs (`placement`): its op's template (`kernels.registry`; for a collective that is its
   local data part, e.g. window_copy_out's copy, whose barriers move no data and are implied by the wave
   order), or at one rank the one-rank form of a collective (`@one_rank_template`: MoE dispatch_meta,
-  dispatch_push and combine, whose peers do not exist). Cross-rank collectives (puts, signals, all-to-all, reduce-scatter)
+  dispatch_push and combine, whose peers do not exist). Cross-rank collectives (puts, signals, all-to-all,
+  reduce-scatter)
   run their numpy reference on all ranks in lockstep: pypto 0.2.0's distributed ops SIGSEGV in the CPU
   simulation and its calculator cannot interpret them (the op's `unsupported` reason is
   reported). A one-rank signal op has no peer and does nothing (`no-op`). A local task without a template

@@ -63,7 +63,8 @@ class View:
     def reshape(self, shape: Sequence[int]) -> "View | None":
         shape = tuple(int(s) for s in shape)
         if self.contiguous:
-            return View(self.buffer, self.offset, shape, row_major_strides(shape), f"{self.label()}.reshape{list(shape)}")
+            return View(self.buffer, self.offset, shape, row_major_strides(shape),
+                        f"{self.label()}.reshape{list(shape)}")
         probe = np.lib.stride_tricks.as_strided(np.empty(1, np.uint8), self.shape, self.strides, writeable=False)
         try:  # numpy's own no-copy reshape rule; the probe's data is never read
             reshaped = np.reshape(probe, shape, copy=False)

@@ -37,7 +37,8 @@ class QuantWorkers(Pass):
 
     Rows are independent (each row's scale is its own amax), so the grid changes which core quantises a row,
     never its value. Contract: bitwise. Which tasks: `quant_rows` nodes whose stage name, full name or op
-    kind is in `ops`, with or without its `.g<N>` group suffix (default the TP O path's `tp_o_a_quant`; the TP1 path's `quant`, which the later version
+    kind is in `ops`, with or without its `.g<N>` group suffix (default the TP O path's `tp_o_a_quant`; the TP1 path's
+    `quant`, which the later version
     keeps as one `pl.at`, is left alone) and that are still one block with no row tile.
     """
 

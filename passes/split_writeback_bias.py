@@ -42,7 +42,8 @@ class SplitWritebackBias(Pass):
     becomes a dep on both.
 
     `tile_rows = 0` takes the writeback tile from the graph's config (`policy.writeback_tile_rows`: 32 at
-    flash, 8 at tiny); the tile never exceeds T. HCA and CSA already write the cache with a separate `kv_cache_writeback` and
+    flash, 8 at tiny); the tile never exceeds T. HCA and CSA already write the cache with a separate
+    `kv_cache_writeback` and
     have no fused bias task: the pass is a no-op there (the reason is shown by --explain).
     Contract: bitwise. The two references compose to the fused one exactly.
     """

@@ -7,6 +7,7 @@ Variants of one case (a layer at one shape), each a PassContext over the default
   all-off     every pass disabled: the layer exactly as the builder makes it (the seed's before form)
   default     the default pipeline
   cleanup     only canonicalize, cse and dce
+  seed-only   the default pipeline without the passes no seed PR made (NOT_FROM_SEEDS)
   -X          the default pipeline without pass X (leave-one-out)
   +X          canonicalize, cse, X, dce (add-one-in: X with the cleanups that let its rewrite show)
   step:N      the first N passes of the default pipeline, plus dce (the waterfall's cumulative steps)
@@ -24,8 +25,13 @@ from typing import Any, Callable, Mapping, Sequence
 from .costs import CostSource
 from .estimate import LayerEstimate, estimate, kernel_table
 from .schedule import ScheduleParams, sched_tasks, schedule
+from .trust import FAR_RATIO as WHAT_IF_RATIO
+from .trust import LEGEND, Trust, far_at_roofline, trust
 
 CLEANUP = ("canonicalize", "cse", "dce")
+# Passes of the default pipeline that no seed PR made (README "Passes": later pypto-lib grids and a traffic model's
+# tiles). The seed-only pipeline is the default without them; its gain is reported beside the default's.
+NOT_FROM_SEEDS = ("tile-choice", "pool-fanout", "quant-workers", "dequant-workers")
 
 # The stage each seed PR benchmarked in isolation (task-name globs; deps from outside the stage count as met at
 # time 0): HCA's published −29.7 % is the TP4-shaped sparse attention alone (stages 8a–8i of the seed's layer);
@@ -72,7 +78,7 @@ class Case:
 @dataclass(frozen=True)
 class Variant:
     name: str
-    kind: str                       # off | default | cleanup | loo | aoi | step
+    kind: str                       # off | default | cleanup | seed | loo | aoi | step | case
     pass_name: str = ""
     ctx: tuple[tuple[str, Any], ...] = ()
 
@@ -94,13 +100,21 @@ def optimisation_passes() -> list[str]:
     return [n for n in pipeline_names() if n not in CLEANUP]
 
 
+def all_off() -> Variant:
+    return Variant("all-off", "off", ctx=(("disabled", tuple(pipeline_names())),))
+
+
+def seed_only() -> Variant:
+    return Variant("seed-only", "seed", ctx=(("disabled", NOT_FROM_SEEDS),))
+
+
 def variants(passes: Sequence[str] | None = None, *, loo: bool = True, aoi: bool = True,
-             steps: bool = True) -> list[Variant]:
+             steps: bool = True, seed: bool = True) -> list[Variant]:
     names = pipeline_names()
     chosen = list(passes) if passes is not None else optimisation_passes()
-    out = [Variant("all-off", "off", ctx=(("disabled", tuple(names)),)),
-           Variant("default", "default"),
-           Variant("cleanup", "cleanup", ctx=(("only", CLEANUP),))]
+    out = [all_off(), Variant("default", "default"), Variant("cleanup", "cleanup", ctx=(("only", CLEANUP),))]
+    if seed:
+        out.append(seed_only())
     if loo:
         out += [Variant(f"-{p}", "loo", p, (("disabled", (p,)),)) for p in chosen]
     if aoi:
@@ -138,6 +152,7 @@ class CaseResult:
     stage_name: str = ""
     stage_globs: tuple[str, ...] = ()
     stage: dict[str, tuple[float, int]] = field(default_factory=dict)   # variant -> (stage makespan µs, tasks)
+    trust: dict[str, Trust] = field(default_factory=dict)    # variant -> flags of its Δ vs trust_reference()
 
     def latency(self, name: str) -> float:
         return self.results[name].latency_us
@@ -160,6 +175,18 @@ class CaseResult:
     def improvement(self) -> float | None:
         """default vs all-off, % of the all-off latency."""
         return self.delta("default", "all-off")
+
+    def mostly_roofline(self) -> list[str]:
+        """Variants whose Δ comes mostly from roofline-only tasks (trust flag R)."""
+        return [n for n, t in self.trust.items() if "R" in t.flags]
+
+
+def trust_reference(v: Variant) -> str | None:
+    """The variant whose Δ a row's trust flags qualify: default for leave-one-out (what the pass is worth in the
+    default pipeline), all-off for the others; None for the reference itself and the waterfall steps."""
+    if v.kind in ("off", "step"):
+        return None
+    return "default" if v.kind == "loo" else "all-off"
 
 
 @dataclass
@@ -199,17 +226,33 @@ class ABReport:
                 continue
             e = r.estimate
             src = e.sources()
+            ref, t = trust_reference(r.variant), c.trust.get(name)
+            mark = {ref: t.mark()} if t is not None else {}
             lines.append(
-                f"| {name} | {e.makespan_us:.1f} | {e.serial_us:.1f} | {_pct(c.delta(name, 'all-off'))} | "
-                f"{_pct(c.delta(name, 'default'))} | {e.bound_us:.1f} | {_ratio(e.ratio)} | {e.tasks} | {e.kernels} | "
+                f"| {name} | {e.makespan_us:.1f} | {e.serial_us:.1f} | {_pct(c.delta(name, 'all-off'))}"
+                f"{mark.get('all-off', '')} | {_pct(c.delta(name, 'default'))}{mark.get('default', '')} | "
+                f"{e.bound_us:.1f} | {_ratio(e.ratio)} | {e.tasks} | {e.kernels} | "
                 f"{src.get('pypto', 0)}/{src.get('roofline', 0)} | {', '.join(r.fired) or '–'} |")
         return lines
 
     def _case_notes(self, c: CaseResult) -> list[str]:
         out = []
         if c.improvement is not None:
+            seed = c.delta("seed-only", "all-off")
+            beside = (f"; seed-only pipeline (the default without {', '.join(NOT_FROM_SEEDS)}) vs all-off: "
+                      f"**{seed:+.1f} %** ({c.latency('seed-only'):.1f} µs)" if seed is not None else "")
             out.append(f"\n**default vs all-off: {c.improvement:+.1f} %** "
-                       f"({c.latency('all-off'):.1f} → {c.latency('default'):.1f} µs).")
+                       f"({c.latency('all-off'):.1f} → {c.latency('default'):.1f} µs){beside}.")
+        if c.trust:
+            out.append("- trust flags next to a Δ (vs all-off; leave-one-out rows vs default): "
+                       + "; ".join(f"**{k}** {v}" for k, v in LEGEND.items()))
+        mostly = c.mostly_roofline()
+        if mostly:
+            out.append("- gain mostly from roofline-only tasks (flag R: the Δ is a difference of lower bounds, not of "
+                       "simulations): " + ", ".join(
+                           f"{n} ({100 * c.trust[n].detail['roofline_share']:.0f} % of the per-task change)"
+                           for n in mostly))
+        out += _floor_notes(c)
         for p in optimisation_passes():
             cost = c.pass_cost(p)
             if cost is not None and p == "deterministic-split-k":
@@ -268,9 +311,16 @@ class ABReport:
                              "tasks": e.tasks, "kernels": e.kernels, "nodes": r.graph_nodes,
                              "sources": e.sources(), "roofline_share": e.roofline_share(),
                              "fired": r.fired, "passes": r.statuses, "program": r.program,
-                             "kernel_rows": [k.to_json() for k in e.rows] if r.variant.kind in ("default", "off") else None})
+                             "trust": c.trust[name].to_json() if name in c.trust else None,
+                             "trust_reference": trust_reference(r.variant),
+                             "floor": e.floor.to_json(),
+                             "floor_ratio": e.floor_ratio,
+                             "kernel_rows": ([k.to_json() for k in e.rows] if r.variant.kind in ("default", "off")
+                                             else None)})
             cases.append({"layer": c.case.layer, "shape": c.case.shape.label(), "label": c.case.label(),
-                          "improvement_pct": c.improvement, "dispatch_sensitivity": c.dispatch,
+                          "improvement_pct": c.improvement,
+                          "seed_only_improvement_pct": c.delta("seed-only", "all-off"),
+                          "mostly_roofline": c.mostly_roofline(), "dispatch_sensitivity": c.dispatch,
                           "block_model_sensitivity": c.block_model, "what_if_far_kernels_at_roofline": c.what_if,
                           "far_kernels": c.far_kernels, "holding_back": _holding_back(c),
                           "stage": {"name": c.stage_name, "tasks": list(c.stage_globs),
@@ -298,7 +348,6 @@ class ABReport:
         return [w for w in written if w]
 
 
-WHAT_IF_RATIO = 10.0
 
 
 def _holding_back(c: CaseResult, top: int = 6) -> list[str]:
@@ -318,6 +367,21 @@ def _model_text(p: ScheduleParams) -> str:
     return (f"model `{p.name}` ({p.block_model} blocks, hop {p.us(p.hop_cycles):.2f} µs, block dispatch "
             f"{p.us(p.block_dispatch_cycles):.2f} µs over {p.dispatchers} dispatchers; latencies are AICore makespans, "
             f"a call adds the {p.us(p.launch_cycles):.1f} µs launch floor)")
+
+
+def _floor_notes(c: CaseResult) -> list[str]:
+    """The layer's roofline beside the floor of what a rank must move, with both ratios."""
+    out = []
+    for name in ("all-off", "default"):
+        r = c.results.get(name)
+        if r is None:
+            continue
+        e, f = r.estimate, r.estimate.floor
+        out.append(f"- {name}: decomposition roofline {e.bound_us:.1f} µs ({e.bound.limit}; makespan × "
+                   f"{_ratio(e.ratio)}); floor of what a rank must move {f.low / 1e6:.1f}–{f.high / 1e6:.1f} MB → "
+                   f"{f.low_us:.1f}–{f.high_us:.1f} µs at HBM rate (makespan × {_ratio(e.floor_ratio)} of the low end; "
+                   f"{f.summary()})")
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -393,21 +457,6 @@ def stage_latency(r: VariantResult, globs: Sequence[str], params: ScheduleParams
     return schedule(tasks, r.estimate.schedule.costs, params).makespan_us, len(tasks)
 
 
-def _far_at_roofline(r: VariantResult, ratio: float):
-    """Costs with every pypto-sourced kernel whose alone time exceeds `ratio` × its chip roofline replaced by
-    its blocked roofline estimate: a what-if that shows how much of a layer those kernels hold back."""
-    from .costs import roofline_cost
-
-    costs = dict(r.estimate.schedule.costs)
-    far: set[str] = set()
-    for row in r.estimate.rows:
-        far_off = row.ratio > ratio if row.ratio is not None else row.alone_us > 0   # no bound: a no-op on device
-        if row.source == "pypto" and far_off:
-            costs[row.id] = roofline_cost(r.tg.tasks[row.id], note="what-if")
-            far.add(row.op)
-    return costs, far
-
-
 def run_ab(cases: Sequence[Case], source: CostSource, params: ScheduleParams | None = None, *,
            variant_list: Sequence[Variant] | None = None, dispatch_sweep: Sequence[float] = (0.0, 3600.0),
            what_if_ratio: float = 10.0,
@@ -445,12 +494,17 @@ def run_ab(cases: Sequence[Case], source: CostSource, params: ScheduleParams | N
             cr.dispatch[name] = dict(sorted(sweep.items(), key=lambda kv: float(kv[0])))
             span = replace(params, block_model="span" if params.block_model == "work" else "work")
             cr.block_model[name] = schedule(sched_tasks(r.tg), r.estimate.schedule.costs, span).makespan_us
-            costs, far = _far_at_roofline(r, what_if_ratio)
+            costs, far = far_at_roofline(r, what_if_ratio)
             cr.what_if[name] = schedule(sched_tasks(r.tg), costs, params).makespan_us
             cr.far_kernels = sorted(set(cr.far_kernels) | far)
             if cr.stage_globs:
                 cr.stage[name] = stage_latency(r, cr.stage_globs, params)
             if program is not None:
                 r.program = program(r, cr)
+        for name, r in cr.results.items():
+            ref = trust_reference(r.variant)
+            if ref is not None and ref in cr.results and ref != name:
+                cr.trust[name] = trust(cr.results[ref], r, params, ref_latency=cr.latency(ref),
+                                       var_latency=cr.latency(name))
         out.append(cr)
     return ABReport(out, source.name, params)

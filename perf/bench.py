@@ -110,10 +110,12 @@ class BenchResult:
         names = {c.name for c in self.cases}
         if "model" in names:
             t = self.case("model").total
-            out["model < %.1f s" % self.target_model_s] = f"{'met' if t < self.target_model_s else 'NOT met'} ({t:.2f} s)"
+            verdict = "met" if t < self.target_model_s else "NOT met"
+            out["model < %.1f s" % self.target_model_s] = f"{verdict} ({t:.2f} s)"
         r = self.ratios().get("model x2 / model")
         if r is not None:
-            out["doubling ≤ %.1f×" % self.target_doubling] = f"{'met' if r <= self.target_doubling else 'NOT met'} ({r:.2f}×)"
+            verdict = "met" if r <= self.target_doubling else "NOT met"
+            out["doubling ≤ %.1f×" % self.target_doubling] = f"{verdict} ({r:.2f}×)"
         return out
 
     def to_json(self) -> dict:

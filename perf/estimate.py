@@ -7,7 +7,7 @@ Per kernel row: its source (pypto | roofline), its alone time (the task with the
 rule 5 without the dispatch), its chip-level roofline bound (bytes / HBM bandwidth, FLOPs / peak of its
 core kind) and their ratio. Per layer: the serial sum, the scheduled makespan, and the layer bound =
 the chip roofline of the summed work of all kernels (the makespan can never beat it), with the ratio
-makespan / bound.
+makespan / bound, and beside it the floor of what the rank must move (roofline.floor) with makespan / floor.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dspark_ir.hardware import HARDWARE, Hardware
 from lowering.taskgraph import TaskGraph
 
 from .costs import CostSource, KernelCost
-from .roofline import Bound, Work, chip_bound, task_work
+from .roofline import Bound, Floor, Work, chip_bound, floor, task_work
 from .schedule import Schedule, ScheduleParams, alone_cycles, sched_tasks, schedule
 
 
@@ -61,6 +61,7 @@ class LayerEstimate:
     rows: list[KernelRow]
     work: Work
     bound: Bound
+    floor: Floor
     hw: Hardware = HARDWARE
     extra: dict = field(default_factory=dict)
 
@@ -83,6 +84,11 @@ class LayerEstimate:
     @property
     def ratio(self) -> float | None:
         return self.makespan_us / self.bound_us if self.bound_us > 0 else None
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """makespan / the low end of the floor of what the rank must move."""
+        return self.makespan_us / self.floor.low_us if self.floor.low_us > 0 else None
 
     @property
     def tasks(self) -> int:
@@ -119,6 +125,7 @@ class LayerEstimate:
         d = {"label": self.label, "makespan_us": self.makespan_us, "serial_us": self.serial_us,
              "critical_us": self.critical_us, "bound_us": self.bound_us, "bound_limit": self.bound.limit,
              "bound_terms_us": {k: v * 1e6 for k, v in self.bound.terms.items()}, "ratio": self.ratio,
+             "floor": self.floor.to_json(), "floor_ratio": self.floor_ratio,
              "tasks": self.tasks, "kernels": self.kernels, "sources": self.sources(),
              "roofline_share": self.roofline_share(), "work": self.work.to_json(),
              "dispatch_cycles": self.schedule.params.dispatch_cycles,
@@ -147,7 +154,7 @@ def estimate(tg: TaskGraph, source: CostSource, params: ScheduleParams | None = 
         rows.append(KernelRow(t.id, t.name, t.op, st.core, st.blocks, c.source, c.note, hw.us(c.span),
                               hw.us(alone), hw.us(run.start), hw.us(run.finish), b.us(), b.limit, work.bytes,
                               work.cube_flops + work.cube_int8, work.vector_ops, c.pypto_tasks, c.total))
-    return LayerEstimate(label or tg.name, sched, rows, total, chip_bound(total, hw), hw)
+    return LayerEstimate(label or tg.name, sched, rows, total, chip_bound(total, hw), floor(tg, hw), hw)
 
 
 def kernel_table(est: LayerEstimate, limit: int | None = None) -> str:
@@ -159,8 +166,9 @@ def kernel_table(est: LayerEstimate, limit: int | None = None) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = f"{r.ratio:.1f}" if r.ratio is not None else "–"
+        tasks = r.pypto_tasks if r.pypto_tasks is not None else "–"
         lines.append(f"| {r.id} `{r.name}` | {r.op} | {r.core} × {r.blocks} | {r.source} | {r.alone_us:.1f} | "
-                     f"{r.bound_us:.2f} ({r.limit}) | {ratio} | {r.pypto_tasks if r.pypto_tasks is not None else '–'} | "
+                     f"{r.bound_us:.2f} ({r.limit}) | {ratio} | {tasks} | "
                      f"{r.note.replace('|', '/')} |")
     return "\n".join(lines)
 

@@ -17,7 +17,15 @@ renamed op fails there, not quietly here.
 * cube FLOPs: 2·M·K·N per product, from the operand shapes (`Rule.cube`); int8 products at the int8 rate.
 * vector ops: the elements of the largest argument × a per-op factor (`Rule.vector_factor`, default 2:
   load-convert-compute), plus the softmax of attention scores for the mix attention ops (`Rule.softmax`).
+* grouped operands: a task that works on one group of a grouped operand (the O path's `o_proj_a` reads
+  `heads[group]` and `wo_a[group]`, `o_proj_b` the group's K columns of `wo_b`) counts that slice, not the whole
+  view its argument names (`Rule.touched`), and declares which slice it is (`Rule.slice_key`: the group), so
+  that the floor below counts each group's slice once.
 Collectives (`collective=True`) also count the bytes that leave the chip.
+
+Beside the decomposition's bound, `floor(tg)` is what a rank must move whatever the decomposition: every byte of
+the layer's inputs (weights, activations, tables) and caches it touches read once, its outputs and cache rows
+written once (`Floor.low`), plus the bytes its collectives exchange with the other ranks (`Floor.high`).
 """
 from __future__ import annotations
 
@@ -192,6 +200,25 @@ def _csa_qk_rows(t: Task) -> dict[str, float]:
     return out
 
 
+def _group_slices(*params: str):
+    """A grouped operand [groups, ...]: the task reads its `group`'s slice, 1/groups of the view."""
+    def rule(t: Task) -> dict[str, float]:
+        return {p: float(nbytes(a)) / a.shape[0] for p in params if (a := arg(t, p)) is not None and a.shape}
+    return rule
+
+
+def _wo_b_columns(t: Task) -> dict[str, float]:
+    """o_proj_b reads its group's K columns of wo_b [hidden, groups·K]: K = the width of its x."""
+    w, x = arg(t, "wo_b"), arg(t, "x")
+    if w is None or x is None:
+        return {}
+    return {"wo_b": float(nbytes(w)) * x.shape[-1] / w.shape[-1]}
+
+
+def _group(t: Task):
+    return t.attrs.get("group")
+
+
 def _state_rows(t: Task) -> dict[str, float]:
     """The compressor ring state: the step's rows are read and written (kv + score rows, f32)."""
     rows = _size(t, "kv") + _size(t, "score")
@@ -253,6 +280,7 @@ class Rule:
     cube: Callable[[Task], tuple[float, bool]] | None = None    # (cube FLOPs, int8?)
     vector_factor: int = 2      # vector element ops per element of the largest argument
     softmax: bool = False       # a mix task also runs the softmax of its attention scores (vector side)
+    slice_key: Callable[[Task], object] | None = None   # tasks with different keys touch disjoint slices (floor)
 
 
 DEFAULTS = Rule()    # the default counting is right for the op (or it has no rule yet: said where it is used)
@@ -328,9 +356,11 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     # deterministic split-k; no cube rule yet: matmul_partials' FLOPs are not counted
     **dict.fromkeys((MatmulPartials, SplitReduce), DEFAULTS),
     # output projection
-    OProjA: Rule(cube=lambda t: (_mm(_last_out(t).shape[0], arg(t, "wo_a").shape[-1], arg(t, "wo_a").shape[-2]),
+    OProjA: Rule(touched=_group_slices("heads", "wo_a"), slice_key=_group,
+                 cube=lambda t: (_mm(_last_out(t).shape[0], arg(t, "wo_a").shape[-1], arg(t, "wo_a").shape[-2]),
                                  False)),
-    OProjB: Rule(cube=lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True)),
+    OProjB: Rule(touched=_wo_b_columns, slice_key=_group,
+                 cube=lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True)),
     QuantRows: _factor(6),
     OProjBDequant: _factor(4),
     # MoE
@@ -365,27 +395,34 @@ def rule_of(op: str) -> Rule:
     return rule
 
 
+def arg_traffic(task: Task) -> list[tuple[Arg, float, float]]:
+    """(argument, GM bytes read, GM bytes written) of each argument of a kernel task, by its rule."""
+    rule = rule_of(task.op)
+    sparse = rule.touched(task) if rule.touched is not None else {}
+    out = []
+    for a in task.args:
+        moved = sparse.get(a.param, sparse.get(a.param.removesuffix("_in")))
+        size = float(nbytes(a)) if moved is None else moved
+        if a.direction == "in":
+            out.append((a, size, 0.0))
+        elif a.direction == "out" or moved is not None:   # inout with touched rows: an in-place cache update
+            out.append((a, 0.0, size))
+        else:
+            out.append((a, size, size))
+    return out
+
+
 def task_work(task: Task) -> Work:
     """Bytes and arithmetic of one task (zero for dummies)."""
     if task.is_dummy:
         return Work()
     rule = rule_of(task.op)
-    sparse = rule.touched(task) if rule.touched is not None else {}
     w = Work()
     largest = 0.0                       # elements of the largest argument, as far as the task touches it
-    for a in task.args:
-        moved = sparse.get(a.param, sparse.get(a.param.removesuffix("_in")))
-        size = float(nbytes(a)) if moved is None else moved
-        largest = max(largest, size / ITEMSIZE.get(a.dtype, 4))
-        if a.direction == "in":
-            w.read += size
-        elif a.direction == "out":
-            w.written += size
-        elif moved is not None:            # an in-place cache update counted by its touched rows
-            w.written += size
-        else:
-            w.read += size
-            w.written += size
+    for a, read, written in arg_traffic(task):
+        largest = max(largest, max(read, written) / ITEMSIZE.get(a.dtype, 4))
+        w.read += read
+        w.written += written
     cube = rule.cube
     if cube is not None:
         flops, int8 = cube(task)
@@ -477,3 +514,74 @@ def _one_kind(work: Work, hw: Hardware, n: int, kind: str) -> Bound:
     limit = max(terms, key=lambda k: terms[k])
     seconds = terms[limit]
     return Bound(seconds, limit if seconds > 0 else "none", terms)
+
+
+# ---- the floor: what a rank must move --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Floor:
+    """Bytes a rank must move for its layer, whatever the decomposition (module docstring)."""
+
+    parts: dict[str, float]     # inputs (weights, activations, tables) | caches | outputs | exchange, bytes
+    hbm_bytes_per_s: float
+
+    @property
+    def low(self) -> float:
+        return sum(v for k, v in self.parts.items() if k != "exchange")
+
+    @property
+    def high(self) -> float:
+        return self.low + self.parts.get("exchange", 0.0)
+
+    @property
+    def low_us(self) -> float:
+        return 1e6 * self.low / self.hbm_bytes_per_s
+
+    @property
+    def high_us(self) -> float:
+        return 1e6 * self.high / self.hbm_bytes_per_s
+
+    def summary(self) -> str:
+        return ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in self.parts.items())
+
+    def to_json(self) -> dict:
+        return {"low_bytes": self.low, "high_bytes": self.high, "low_us": self.low_us, "high_us": self.high_us,
+                "parts_bytes": dict(self.parts)}
+
+
+def floor(tg, hw: Hardware = HARDWARE) -> Floor:
+    """What a rank must move: each external buffer's touched bytes read once, each cache and output written once
+    (low); plus what its collectives exchange with the other ranks (high).
+
+    A byte is "the same" when two tasks touch the same view of the same buffer and the same slice of it
+    (`Rule.slice_key`); their touched sizes (by each task's rule) are then counted once, at the larger. Local
+    intermediates that are not layer outputs are not counted: a perfect fusion keeps them on chip."""
+    outputs = {v.buffer for v in tg.outputs.values()}
+    reads: dict[tuple, float] = {}
+    writes: dict[tuple, float] = {}
+    exchange = 0.0
+    for t in tg.tasks:
+        if t.is_dummy:
+            continue
+        rule = rule_of(t.op)
+        key = rule.slice_key(t) if rule.slice_key is not None else None
+        for a, read, written in arg_traffic(t):
+            kind = tg.buffers[a.view.buffer].kind
+            k = (a.view.buffer, a.view.offset, tuple(a.view.shape), tuple(a.view.strides), key)
+            if read and kind != "local":
+                reads[k] = max(reads.get(k, 0.0), read)
+            if written and (kind == "inout" or a.view.buffer in outputs):
+                writes[k] = max(writes.get(k, 0.0), written)
+        if t.collective:
+            exchange += _remote_bytes(t)
+    parts = {"inputs": 0.0, "caches": 0.0, "outputs": 0.0}
+    for per_key, is_write in ((reads, False), (writes, True)):
+        per_buffer: dict[str, float] = {}
+        for (name, *_), b in per_key.items():
+            per_buffer[name] = per_buffer.get(name, 0.0) + b
+        for name, b in per_buffer.items():
+            buf = tg.buffers[name]
+            b = min(b, float(buf.numel * ITEMSIZE.get(buf.dtype, 4)))
+            part = "caches" if buf.kind == "inout" else ("outputs" if is_write else "inputs")
+            parts[part] += b
+    parts["exchange"] = exchange
+    return Floor(parts, hw.hbm_bytes_per_s)

@@ -34,6 +34,7 @@ import numpy as np
 from dspark_ir import layers
 from dspark_ir.errors import ConfigError
 from dspark_ir.graph import Graph
+from dspark_ir.sample import check_size
 from dspark_ir.sample import sample_inputs as random_inputs
 from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
@@ -70,6 +71,7 @@ def regimes(name: str) -> tuple[str, ...]:
 def sample_inputs(g: Graph, seed: int = 0) -> Any:
     """Golden inputs for a graph of a registered layer, random ones (dspark_ir.sample) for any other graph."""
     if g.attributes.get("layer") in layers.LAYER_NAMES:
+        check_size(g)
         return layer_inputs(g, seed)
     return random_inputs(g, seed)
 

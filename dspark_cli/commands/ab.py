@@ -8,6 +8,10 @@ hash; kernels without a pypto template get a roofline estimate, flagged), compos
 Writes into DIR: ab.md (tables), ab.json (every number), onoff.png, waterfall_<layer>.png and
 traces/<layer>.<variant>.trace.json (Perfetto / chrome://tracing) for all-off and default.
 Kernel simulations run on this machine (--executor local) or on a Dask cluster (--scheduler tcp://HOST:PORT).
+
+--cases FILE|all: instead of layers, the case corpus (perf/cases/*.toml, perf/cases.py): per published hardware
+measurement, hardware before -> after beside the prediction, the errors, a verdict and trust flags; writes
+DIR/cases.json and DIR/cases.md.
 """
 from __future__ import annotations
 
@@ -54,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
                    help="task-name globs of the stage also reported alone (default: each layer's sparse attention, "
                         "the scope of the seed's isolated HCA benchmark; see perf/ab.py STAGES)")
+    p.add_argument("--cases", default=None, metavar="FILE|all",
+                   help="run the case corpus instead of layers: a case file (.toml) or 'all' (perf/cases/*.toml); "
+                        "writes DIR/cases.json and DIR/cases.md")
     p.add_argument("-o", "--output", default="ab-out", metavar="DIR", help="output directory (default: ab-out)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--no-traces", action="store_true", help="no trace JSON files")
@@ -101,14 +108,75 @@ def _progress(total: int, disabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cases is not None:
+        if args.layers:
+            raise UsageError("--cases: give layers or --cases, not both (the cases name their layers)")
+        from perf.cases import load_cases
+
+        corpus = load_cases(args.cases)                # bad case files stop here, before any output
+        with AtomicOutputDir(args.output) as out:
+            return _run_corpus(args, corpus, out)
     with AtomicOutputDir(args.output) as out:     # DIR is swapped in whole at the end; a failure leaves nothing
         return _ab(args, out)
 
 
+def _cost_source(args):
+    """(cost source, executor or None) of the flags."""
+    from perf.costs import PyptoCosts, RooflineCosts
+
+    executor = None if args.source == "roofline" or args.offline else executor_from_args(args)
+    source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
+        cache=args.cost_cache, offline=args.offline, executor=executor)
+    return source, executor
+
+
+def _params(args):
+    from perf.schedule import ScheduleParams
+
+    params = ScheduleParams.named(args.model)
+    return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
+
+
+def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
+    from perf.cases import run_cases
+    from perf.costs import PyptoCosts
+
+    source, executor = _cost_source(args)
+    bar = _progress(sum(1 for c in corpus if not c.unsupported), args.no_progress)
+    try:
+        report = run_cases(corpus, source, _params(args), progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if executor is not None:
+            executor.close()
+    line = CommandLine("ab").option("--cases", args.cases).option("--source", args.source).flag(
+        "--offline", args.offline)
+    if args.dispatch_cycles is not None:
+        line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
+    report.notes.append(f"Reproduce: `{line.option('-o', args.output)}`")
+    if isinstance(source, PyptoCosts):
+        report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run, {source.hits} cache hits"
+                            + ("; offline: uncached kernels are roofline estimates (flagged)" if args.offline else ""))
+    written = [out.write_text("cases.json", json.dumps(report.to_json(), indent=1, default=str) + "\n"),
+               out.write_text("cases.md", report.markdown())]
+    print(report.summary())
+    for row in report.table():
+        print(row)
+    print("trust flags: " + "; ".join(f"{k} = {v}" for k, v in _legend().items()))
+    print(f"wrote {', '.join(str(out.shown / Path(w).relative_to(out.root)) for w in written)}")
+    return 0
+
+
+def _legend():
+    from perf.trust import LEGEND
+
+    return LEGEND
+
+
 def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     from perf.ab import optimisation_passes, run_ab, variants
-    from perf.costs import PyptoCosts, RooflineCosts
-    from perf.schedule import ScheduleParams
+    from perf.costs import PyptoCosts
     from perf.trace import write_trace
 
     known = optimisation_passes()
@@ -127,13 +195,9 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
         stage = ("--stage " + ",".join(globs), globs)
     cases = _cases(args)
     vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
-    executor = None if args.source == "roofline" or args.offline else executor_from_args(args)
+    source, executor = _cost_source(args)
     runs_on = executor.describe() if executor is not None else ""
-    source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
-        cache=args.cost_cache, offline=args.offline, executor=executor)
-    params = ScheduleParams.named(args.model)
-    if args.dispatch_cycles is not None:
-        params = replace(params, dispatch_cycles=args.dispatch_cycles)
+    params = _params(args)
     program = None
     if args.pypto_program:
         from perf.program import cross_check

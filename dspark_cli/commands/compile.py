@@ -103,7 +103,8 @@ def _markdown(s: dict) -> str:
     lines = [f"# dspark compile: {s['layer']} ({s['config']}, tp {s['tp']})", "",
              f"Reproduce: `{s['command']}`", "", f"Pipeline: `{s['pipeline']}` (key `{s['pipeline_key']}`)", "",
              f"Numeric contracts checked after every pass: {'yes' if s['check_numerics'] else 'no'}", "",
-             "## Passes", "", "| # | pass | status | rewrites | nodes +/- | why not / note |", "|---|---|---|---|---|---|"]
+             "## Passes", "", "| # | pass | status | rewrites | nodes +/- | why not / note |",
+             "|---|---|---|---|---|---|"]
     for p in s["passes"]:
         why = "; ".join(p["skips"][:2]) or p["note"]
         lines.append(f"| {p['index']} | `{p['pass']}` | {p['status']} | {p['rewrites']} | "

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..dims import Dim, Sym, dim
 from ..errors import ShapeError, did_you_mean
+from ..text.strings import quote
 from ..types import DType, TensorType, dtype
 
 ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "dim", "ints", "dims", "floats", "enum")
@@ -156,7 +157,7 @@ def format_attr_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return quote(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_attr_value(v) for v in value) + "]"
     return str(value)

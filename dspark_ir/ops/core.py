@@ -213,6 +213,7 @@ class RmsNorm(OpDef):
     def infer(self, ins, attrs):
         x, w = ins
         expect_dtype(x, FLOATS, "x")
+        expect(x.rank >= 1, f"x must have at least one axis, got {x}")
         expect_rank(w, 1, "weight")
         expect_same_dim(x.shape[-1], w.shape[0], "weight length")
         return [x.with_dtype(DType.bf16)]

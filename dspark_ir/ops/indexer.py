@@ -83,6 +83,7 @@ class IdxQrRope(_IdxOp):
     def infer(self, ins, attrs):
         q, cos, sin, swap = ins
         _heads(q, "q", F32)
+        expect_rank(cos, 2, "step rope cos_il [rows, rope_dim]")
         rows = cos.shape[0]
         rope = expect_rope_pair(cos, sin, rows, "step rope")
         expect_rope_fits(q.shape[2], rope, "q heads")
@@ -199,8 +200,8 @@ class IdxScore(_IdxOp):
         expect_same_dim(cache.shape[1], q.shape[2], "idx_kv_cache width vs IHD")
         expect(kscale.rank == 1 and kscale.dtype == F32, f"idx_kv_scale must be f32[rows], got {kscale}")
         expect_same_dim(kscale.shape[0], cache.shape[0], "idx_kv_scale rows")
-        expect_table(table, "idx_block_table", kv_len.shape[0])
         check_visibility(attrs, pos, kv_len)
+        expect_table(table, "idx_block_table", kv_len.shape[0])
         expect_same_dim(pos.shape[0], q.shape[0], "positions vs q tokens")
         return [TensorType(F32, (q.shape[0], D.Const(attrs["score_len"])))]
 

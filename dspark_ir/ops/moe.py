@@ -305,7 +305,7 @@ class SharedRouted(_MoeOp):
         expect(routed.dtype == BF16 and routed.rank == 2, f"routed_y must be bf16[T*K,D], got {routed}")
         expect_same_dim(routed.shape[1], sh.shape[1], "routed_y width")
         rows, tokens = routed.shape[0].value(), sh.shape[0].value()
-        expect(rows is None or tokens is None or rows % tokens == 0,
+        expect(rows is None or tokens is None or (rows == 0 if tokens == 0 else rows % tokens == 0),
                f"routed_y rows {routed.shape[0]} are not a multiple of T = {sh.shape[0]}")
         return [sh]
 

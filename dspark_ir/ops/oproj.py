@@ -82,7 +82,7 @@ class OProjB(_OprojOp):
         expect_dtype(wo_b, I8, "wo_b")
         k, width = x.shape[1].value(), wo_b.shape[1].value()
         g = attrs["group"]
-        expect(k is None or width is None or (width % k == 0 and 0 <= g < width // k),
+        expect(k is None or width is None or (k > 0 and width % k == 0 and 0 <= g < width // k),
                f"group {g} of width {x.shape[1]} is outside wo_b {wo_b}")
         return [TensorType(I32, (x.shape[0], wo_b.shape[0]))]
 

@@ -134,7 +134,7 @@ class Put(OpDef):
     def infer(self, ins, attrs):
         win, src, peer, row = ins
         expect(win.dtype == src.dtype, f"window {win} and payload {src} differ in dtype")
-        expect(win.rank == src.rank and win.shape[1:] == src.shape[1:],
+        expect(src.rank >= 1 and win.rank == src.rank and win.shape[1:] == src.shape[1:],
                f"payload rows {src} do not match window rows {win}")
         for t, what in ((peer, "peer"), (row, "row")):
             expect(t.dtype == DType.i32 and t.rank == 1 and t.shape[0] == src.shape[0],

@@ -154,7 +154,8 @@ class CsaSlotsBuildValidQkPlan(_SparseOp):
         _index_matrix(swa, "swa_indices", pos.shape[0])
         width = D.add(swa.shape[1], k)
         w = width.value()
-        expect(w is None or w % attrs["k_tile"] == 0, f"k_tile {attrs['k_tile']} does not divide window + top-k {width}")
+        expect(w is None or w % attrs["k_tile"] == 0,
+               f"k_tile {attrs['k_tile']} does not divide window + top-k {width}")
         blocks = D.floordiv(width, attrs["k_tile"])
         T = pos.shape[0]
         return [TensorType(I32, (T, D.Const(k))), TensorType(I32, (T, blocks)), TensorType(F32, (T, width)),
@@ -352,8 +353,9 @@ class HcaStreamPack(_SparseOp):
     def infer(self, ins, attrs):
         heads, cos, sin, swap = ins
         expect(heads.rank == 3 and heads.dtype == F32, f"heads must be f32[T, H, HD], got {heads}")
+        packed = _packed(heads, cos, sin, attrs["o_groups"])
         _swap(swap, cos)
-        return [_packed(heads, cos, sin, attrs["o_groups"])]
+        return [packed]
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]

@@ -12,7 +12,6 @@ of its result types (the same few texts over and over in a model) is parsed once
 """
 from __future__ import annotations
 
-import ast
 import re
 from typing import Any
 
@@ -22,20 +21,26 @@ from ..graph import Graph, Node, Value
 from ..ops import OP_REGISTRY, get_op
 from ..types import TOKEN, TensorType, dtype
 from .plain import plain
+from .strings import TOKEN as STRING
+from .strings import unquote
 
 MAX_INT = 2**63 - 1
 MAX_DIM_TOKENS = 100   # a dim this short nests less deep than the lark path's limit (MAX_DIM_DEPTH)
+MAX_NAME = 1024        # characters in a name (%value and @graph without their sigil, symbol, op, attribute)
+MAX_RUN_TOKENS = 10000 # tokens without a %value: attribute dicts and types are far shorter
+MAX_LIST_DEPTH = 16    # attribute lists nest one or two levels; deeper is an error (the lark path reports it)
 
-WS = r"[ \t\f\r\n]*"   # the grammar's whitespace (common.WS): not Python's \s
-VALUE = r"%[A-Za-z_][A-Za-z0-9_.]*"
-VALUES = rf"{VALUE}(?:{WS},{WS}{VALUE})*"
-IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-INT = r"[0-9]+"
-STRING = r'"(?:[^"\\]|\\.)*"'
-TYPE = r"(?:token|(?:bf16|fp16|f32|fp8|i8|i32|i64|bool)\[[^\]#]*\])"
-ATTR_DICT = rf"\{{(?:[^{{}}\"#]|{STRING})*\}}"
+# Every run is possessive (*+): a pattern never gives back what a run took, so no match backtracks (a failing
+# match costs one scan, not one per split of a whitespace run).
+WS = r"[ \t\f\r\n]*+"   # the grammar's whitespace (common.WS): not Python's \s
+VALUE = r"%[A-Za-z_][A-Za-z0-9_.]*+"
+VALUES = rf"{VALUE}(?:{WS},{WS}{VALUE})*+"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*+"
+INT = r"[0-9]++"
+TYPE = r"(?:token|(?:bf16|fp16|f32|fp8|i8|i32|i64|bool)\[[^\]#]*+\])"
+ATTR_DICT = rf"\{{[^{{}}\"#]*+(?:{STRING}[^{{}}\"#]*+)*+\}}"
 
-_SKIP = re.compile(r"(?:[ \t\f\r\n]+|#[^\n]*)*")
+_SKIP = re.compile(r"(?:[ \t\f\r\n]++|#[^\n]*+)*+")
 _WS = re.compile(WS)
 _GRAPH = re.compile(rf"graph{WS}(@[A-Za-z_][A-Za-z0-9_.\-]*){WS}")
 _SYMBOL = re.compile(rf"({IDENT}){WS}(?:={WS}({INT}){WS})?")
@@ -69,6 +74,7 @@ class _Reader:
         self.filename = filename
         self.pos = 0
         self.line, self.line_pos = 1, 0         # the line of `line_pos` (a position at or before any asked)
+        self.line_start = 0                     # where that line starts
         self.attrs: dict[tuple[str, str], dict[str, Any]] = {}    # (op, attr dict text) → normalized attrs
         self.types: dict[str, list[TensorType]] = {}              # result types text → types
 
@@ -90,10 +96,12 @@ class _Reader:
 
     def loc(self, pos: int) -> str:
         """`file:line:col` of a position (asked in increasing order), as lark counts them."""
-        self.line += self.text.count("\n", self.line_pos, pos)
+        newlines = self.text.count("\n", self.line_pos, pos)
+        if newlines:
+            self.line += newlines
+            self.line_start = self.text.rfind("\n", self.line_pos, pos) + 1
         self.line_pos = pos
-        col = pos - self.text.rfind("\n", 0, pos)
-        return f"{self.filename}:{self.line}:{col}"
+        return f"{self.filename}:{self.line}:{pos - self.line_start + 1}"
 
     # ---- graphs -------------------------------------------------------------------------------------
     def module(self) -> list[Graph]:
@@ -107,7 +115,7 @@ class _Reader:
 
     def graph(self) -> Graph:
         head = self.match(_GRAPH)
-        g = Graph(head.group(1)[1:])
+        g = Graph(_short(head.group(1)[1:]))
         g.loc = self.loc(head.start(1))
         if self.text.startswith("<", self.pos):
             self.symbols(g)
@@ -133,7 +141,7 @@ class _Reader:
         self.expect("<")
         while not self.text.startswith(">", self.pos):
             m = self.match(_SYMBOL)
-            if m.group(1) in g.symbols:
+            if _short(m.group(1)) in g.symbols:
                 raise Unsupported(f"symbol '{m.group(1)}' declared twice")
             g.symbols[m.group(1)] = None if m.group(2) is None else _int(m.group(2))
             if not self.text.startswith(">", self.pos):
@@ -145,7 +153,7 @@ class _Reader:
     def params(self, g: Graph) -> None:
         while not self.text.startswith(")", self.pos):
             m = self.match(_PARAM)
-            name = m.group(1)[1:]
+            name = _short(m.group(1)[1:])
             _check_fresh(g, name)
             g.add_param(name, self.type_list(m.group(2))[0], inout=m.group(3) is not None)
             if not self.text.startswith(")", self.pos):
@@ -192,7 +200,16 @@ class _Reader:
 
 def _names(text: str) -> list[str]:
     """The names of a comma-separated list of %values (already matched by VALUES)."""
-    return [part.strip(_NAME_STRIP)[1:] for part in text.split(",")] if text else []
+    names = [part.strip(_NAME_STRIP)[1:] for part in text.split(",")] if text else []
+    for name in names:
+        _short(name)
+    return names
+
+
+def _short(name: str) -> str:
+    if len(name) > MAX_NAME:
+        raise Unsupported("a long name")
+    return name
 
 
 def _check_fresh(g: Graph, name: str) -> None:
@@ -236,6 +253,8 @@ class _Values:
                 raise Unsupported(f"unexpected character {text[pos]!r}")
             self.tokens.append((m.lastgroup, m.group(m.lastgroup)))
             pos = m.end()
+            if len(self.tokens) > MAX_RUN_TOKENS or (m.lastgroup == "ident" and pos - m.start() > MAX_NAME):
+                raise Unsupported("too many tokens, or a long name")
         self.tokens.append(("end", ""))
         self.i = 0
 
@@ -288,14 +307,16 @@ class _Values:
         self.done()
         return out
 
-    def value(self) -> Any:
+    def value(self, depth: int = 0) -> Any:
         kind, text = self.peek()
         if (kind, text) == ("punct", "["):
+            if depth >= MAX_LIST_DEPTH:
+                raise Unsupported("a deeply nested list")
             self.take()
-            return self.bracketed(self.value)
+            return self.bracketed(lambda: self.value(depth + 1))
         if kind == "string":
             self.take()
-            return ast.literal_eval(text)
+            return unquote(text)
         if kind == "float":
             self.take()
             return _float(text)

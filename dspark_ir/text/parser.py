@@ -1,7 +1,6 @@
 """Text → Graph. Errors carry `file:line:col` and say what was expected."""
 from __future__ import annotations
 
-import ast
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,15 @@ from ..errors import DsparkError, ParseError, did_you_mean
 from ..graph import Graph, Module, Node, Value
 from ..ops import OP_REGISTRY, get_op, load_all
 from ..types import TOKEN, TensorType, dtype
-from .fastparse import Unsupported, parse_fast
+from .fastparse import MAX_LIST_DEPTH, MAX_NAME, MAX_RUN_TOKENS, Unsupported, parse_fast
 from .plain import plain
+from .strings import StringError, unquote
 
 GRAMMAR = Path(__file__).with_name("dsir.lark")
+MAX_INPUT_BYTES = 64 << 20     # a 43-layer model prints to a few MB
+
+MAX_PARSER_STACK = 1000       # LALR states: the flash model needs 29, a dim nested MAX_DIM_DEPTH deep ~300
+_NAMES = {"VALUE", "IDENT", "GRAPH_NAME", "OP_NAME"}
 
 _TERMINAL_NAMES = {
     "VALUE": "a value (%name)", "OP_NAME": "an op name", "IDENT": "a name", "INT": "an integer",
@@ -56,6 +60,8 @@ def _cache_path(start: str) -> str | bool:
 def parse_module(text: str, filename: str = "<input>") -> Module:
     from ..gctools import paused_gc
 
+    if len(text) > MAX_INPUT_BYTES:
+        raise ParseError(_too_big(), f"{filename}:1:1")
     with paused_gc():                     # no result depends on it: see dspark_ir/gctools.py
         load_all()
         try:
@@ -76,12 +82,24 @@ def parse_graph(text: str, filename: str = "<input>") -> Graph:
 def parse_file(path: str | Path) -> Module:
     path = Path(path)
     try:
-        text = path.read_text()
+        chunks, size = [], 0
+        with path.open("rb") as f:              # in chunks: never much more than the limit in memory
+            while size <= MAX_INPUT_BYTES and (chunk := f.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
+        text = data.decode()
     except OSError as e:
         raise ParseError(f"cannot read file: {e.strerror}", str(path)) from None
     except UnicodeDecodeError:
         raise ParseError("file is not UTF-8 text", str(path)) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ParseError(_too_big(), str(path))
     return parse_module(text, str(path))
+
+
+def _too_big() -> str:
+    return f"input too large (the limit is {MAX_INPUT_BYTES >> 20} MiB)"
 
 
 def parse_dim_text(text: str) -> D.Dim:
@@ -90,8 +108,22 @@ def parse_dim_text(text: str) -> D.Dim:
 
 
 def _parse_tree(text: str, filename: str, start: str) -> Tree:
+    """The lark parse, token by token, so that nesting, names and runs of tokens stay bounded: a 10 MB input of
+    '[' or of 'T+T+...' is refused at its first few thousand tokens, not after minutes and gigabytes."""
     try:
-        return _lark(start).parse(text)
+        parser = _lark(start).parse_interactive(text)
+        stack = parser.parser_state.state_stack
+        token, run = None, 0
+        for token in parser.iter_parse():
+            run = 0 if token.type == "VALUE" else run + 1
+            if len(stack) > MAX_PARSER_STACK:
+                raise ParseError("input nested too deeply", _loc(filename, token))
+            if run > MAX_RUN_TOKENS:
+                raise ParseError(f"more than {MAX_RUN_TOKENS} tokens without a %value (no attribute, type or "
+                                 "header is that long)", _loc(filename, token))
+            if len(token) > MAX_NAME and token.type in _NAMES and len(token.lstrip("%@")) > MAX_NAME:
+                raise ParseError(f"name longer than {MAX_NAME} characters", _loc(filename, token))
+        return parser.feed_eof(token)
     except UnexpectedInput as e:
         raise ParseError(_describe(e), f"{filename}:{e.line}:{e.column}") from None
     except RecursionError:
@@ -100,6 +132,8 @@ def _parse_tree(text: str, filename: str, start: str) -> Tree:
 
 def _describe(e: UnexpectedInput) -> str:
     if isinstance(e, UnexpectedCharacters):
+        if e.char == '"':
+            return "unterminated string (a string ends on its line; write a line break as \\n)"
         char = e.char if e.char.isprintable() else repr(e.char)
         return f"unexpected character '{char}'{_expected(e.allowed)}"
     if isinstance(e, UnexpectedEOF):
@@ -310,16 +344,23 @@ class _GraphBuilder:
             key_tok, value = attr.children
             if str(key_tok) in out:
                 raise ParseError(f"attribute '{key_tok}' given twice", _loc(self.filename, key_tok))
-            out[str(key_tok)] = self._value(value)
+            out[str(key_tok)] = self._value(value, key_tok)
         return out
 
-    def _value(self, v: Tree | Token) -> Any:
+    def _value(self, v: Tree | Token, key: Token, depth: int = 0) -> Any:
         if isinstance(v, Token):
             return _dim_token(v, self.filename)
         if v.data == "list_value":
-            return [self._value(c) for c in v.children]
+            if depth >= MAX_LIST_DEPTH:
+                raise ParseError(f"attribute '{key}': list nested more than {MAX_LIST_DEPTH} levels deep",
+                                 _loc(self.filename, key))
+            return [self._value(c, key, depth + 1) for c in v.children]
         if v.data == "string_value":
-            return ast.literal_eval(str(v.children[0]))
+            token = v.children[0]
+            try:
+                return unquote(str(token))
+            except StringError as e:
+                raise ParseError(str(e), f"{self.filename}:{token.line}:{token.column + e.offset}") from None
         if v.data in ("float_value", "neg_float_value"):
             number = float(v.children[0])
             if number == float("inf"):

@@ -5,10 +5,11 @@ from typing import Any, Iterable
 
 from ..graph import Graph, Module, Node
 from ..ops.base import COMMON_ATTRS, format_attr_value
+from .strings import printable
 
 
 def print_graph(g: Graph, header: Iterable[str] = ()) -> str:
-    lines = [f"# {h}" if h else "#" for h in header]
+    lines = [f"# {printable(h)}" if h else "#" for h in header]
     lines.append(_signature(g))
     block = None
     for node in g.topo_order():

@@ -21,7 +21,8 @@ Dispatch. An instance becomes dispatchable when
     which consumers park ahead of unplaced producers and even the attention layers deadlock on small budgets).
 When an instance becomes dispatchable it draws a priority from the seeded RNG (instances are visited rank by rank,
 in task-id order, so the draws are reproducible); with `waiters_first` every waiter goes before every other task
-(the adversarial order: a waiter grabs the cores its rank's notifier may still need). At every step, after the completions of that step, each rank
+(the adversarial order: a waiter grabs the cores its rank's notifier may still need). At every step, after the
+completions of that step, each rank
 serves its dispatchable instances in priority order: an instance places as many of its remaining blocks as its
 core kind has free cores; a lower-priority instance may use cores a higher one cannot (backfill). A placed block
 holds its cores until it completes.

@@ -5,7 +5,8 @@
     graph @... (the input snapshot of the failing pass)
 
 The file goes to `PassContext.repro` (CLI default: `repro.dsir` in the dump folder, else in a new temporary
-directory; never over a file of the working directory). The rerun command is printed to stderr and stored on the error (`error.rerun`).
+directory; never over a file of the working directory). The rerun command is printed to stderr and stored on the error
+(`error.rerun`).
 """
 from __future__ import annotations
 

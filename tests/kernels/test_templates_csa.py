@@ -6,7 +6,8 @@ Two batches:
 * **tiny** (one `run_jobs` call, full mode: SIM + pass-verify with our CPU-numerics fix): every distinct kernel
   (rendered source) among the tasks of the tiny TP1 decode-csa and decode-hca layers whose op kind is one
   of ours, on its actual data (the layers' seeded inputs, default regime: empty-cmp, short, long, window- and
-  top-k-boundary requests; the earlier tasks run by the numpy executor); `idx_topk_bounded` from decode-csa built with max_context = 64 (the static bypass);
+  top-k-boundary requests; the earlier tasks run by the numpy executor); `idx_topk_bounded` from decode-csa built with
+  max_context = 64 (the static bypass);
   plus edge variants of some of those jobs (inputs changed, goldens recomputed), which replace them in the run
   (`REPLACED`): a ring-row collision inside one step (the later token wins and the pool reads it), a request
   without an entry, unmapped state / index pages, −1 and duplicate slots at pooling tokens, FP32_NEG_INF scores
@@ -254,7 +255,8 @@ TINY = ["csa:csa.csa_rope_step", "csa:csa.rope_interleave.step", "csa:csa.csa_cm
         "rag:icmp.scatter_softmax_pool", "hrag:cmp.scatter_softmax_pool",
         "edge:cmp.scatter_softmax_pool", "edge:hca.scatter_softmax_pool", "edge:cmp.pool_blocks",
         "edge:hca.pool_blocks", "edge1:cmp.scatter_softmax_pool", "edge1:hca.scatter_softmax_pool",
-        "edge:cmp.pool_tile_blocks", "edge:hca.pool_tile_blocks", "edge:cmp.rmsnorm_rope_cache_write", "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
+        "edge:cmp.pool_tile_blocks", "edge:hca.pool_tile_blocks", "edge:cmp.rmsnorm_rope_cache_write",
+        "edge:icmp.kv_and_cache_write", "edge:idx.score", "edge:idx.topk"]
 
 
 # ---- checks ----------------------------------------------------------------------------------------------------
@@ -313,7 +315,10 @@ def _pool_scale(task, job) -> np.ndarray:
 def _matmul_operands(task, job):
     """(a, b) with out = a @ b for the matmul ops (per K slice for idx_weights_proj), as f64."""
     i = job.inputs
-    f = (lambda x: np.asarray(x).astype(np.float64))
+
+    def f(x):
+        return np.asarray(x).astype(np.float64)
+
     if task.op == "cmp_kv_score_proj":
         return [("kv", f(i["x"]), f(i["wkv"]).T), ("score", f(i["x"]), f(i["wgate"]).T)]
     if task.op == "idx_hadamard_matmul":

@@ -7,7 +7,8 @@ import pytest
 from tests.lowering.pypto_cases import Case, check_case, run_cases
 
 WRITEBACK = """graph @wb<T = 20, KV = 64>(%kv: bf16[T,64], %kv_cache: bf16[KV,64] inout, %slot: i32[T]) {
-  %swa.swa_cache_writeback = swa_cache_writeback(%kv, %kv_cache, %slot) {tile = [8], blocks = ceil(T/8), tail = clamp} : bf16[KV,64]
+  %swa.swa_cache_writeback = swa_cache_writeback(%kv, %kv_cache, %slot) {tile = [8], blocks = ceil(T/8), tail = clamp}
+  : bf16[KV,64]
   return %swa.swa_cache_writeback
 }
 """

@@ -53,7 +53,8 @@ def test_kernel_without_template_is_a_readable_stub(tmp_path):
 
 def test_one_rank_moe_lowers_its_collectives_to_their_one_rank_forms(tmp_path, capsys):
     """At EP1 `dspark lower` writes what the pypto executor runs: the one-rank forms of dispatch_meta,
-    dispatch_push and combine (their `@one_rank_template`s in kernels/moe.py), not stubs; at EP2 they stay cross-rank stubs.
+    dispatch_push and combine (their `@one_rank_template`s in kernels/moe.py), not stubs; at EP2 they stay cross-rank
+    stubs.
     Only the two signal waits (no-ops at one rank) have no kernel."""
     from kernels import registry
     from lowering.pypto_exec import task_source

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.pypto
 # Small integer inputs make every sum exact (matmul, add: bit for bit); normal inputs check rounding.
 CASES = {
     "rmsnorm_f32_tail": Case("graph @k<T = 20>(%x: f32[T,64], %w: f32[64]) {\n"
-                             "  %y = rmsnorm(%x, %w) {tile = [8], tail = clamp} : bf16[T,64]\n  return %y\n}\n", ulps=1),
+                             "  %y = rmsnorm(%x, %w) {tile = [8], tail = clamp} : bf16[T,64]\n  return %y\n}\n",
+                             ulps=1),
     "rmsnorm_bf16": Case("graph @k<T = 16>(%x: bf16[T,256], %w: bf16[256]) {\n"
                          "  %y = rmsnorm(%x, %w) : bf16[T,256]\n  return %y\n}\n", ulps=1),
     "matmul_bf16_f32": Case("graph @k<T = 20>(%a: bf16[T,64], %b: bf16[64,48]) {\n"

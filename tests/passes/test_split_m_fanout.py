@@ -71,7 +71,7 @@ graph @sym<T>(%x: bf16[T,64], %w: bf16[64,32]) {
   %q.kv_proj_seed = zeros() {shape = [T, 32]} : f32[T,32]
   %q.kv_proj_matmul = matmul(%x, %w, %q.kv_proj_seed) {accumulate = atomic, k_split = 2, tile = [16, 32, 32], blocks = 2} : f32[T,32]
   return %q.kv_proj_matmul
-}""")
+}""")  # noqa: E501
     result = run_pipeline(g, "split-m-fanout", ctx=PassContext(use_env=False, check_numerics=False))
     assert not result.changed
     assert "not bound" in skips(result, "split-m-fanout")["q.kv_proj_matmul"]

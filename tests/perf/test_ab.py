@@ -26,7 +26,7 @@ def report():
 
 def test_variants_cover_on_off_loo_aoi_and_steps():
     names = [v.name for v in variants()]
-    assert names[:3] == ["all-off", "default", "cleanup"]
+    assert names[:4] == ["all-off", "default", "cleanup", "seed-only"]
     for p in optimisation_passes():
         assert f"-{p}" in names and f"+{p}" in names
     assert [n for n in names if n.startswith("step:")] == [f"step:{k}" for k in range(1, len(pipeline_names()))]
@@ -80,7 +80,7 @@ def test_cli_writes_tables_json_plots_and_traces(tmp_path, capsys):
     assert "| +fuse-merge-rope-pack |" in printed and "default vs all-off" in printed
     doc = json.loads((out / "ab.json").read_text())
     assert [r["variant"] for r in doc["cases"][0]["variants"]] == [
-        "all-off", "default", "cleanup", "-fuse-merge-rope-pack", "+fuse-merge-rope-pack"]
+        "all-off", "default", "cleanup", "seed-only", "-fuse-merge-rope-pack", "+fuse-merge-rope-pack"]
     assert all(r["sources"] == {"roofline": r["kernels"]} for r in doc["cases"][0]["variants"])
     for name in ("ab.md", "onoff.png", "traces/decode-hca.default.trace.json", "traces/decode-hca.all-off.trace.json"):
         assert (out / name).is_file(), name

@@ -110,3 +110,40 @@ def test_every_moe_task_has_a_roofline(config, tp):
 
     tg = build_task_graph(layers.build("moe", config=config, tp=tp))
     assert all(task_work(t) is not None for t in tg.tasks)
+
+
+def test_each_o_group_reads_its_own_slice_once():
+    """o_proj_a of group g reads heads[g] and wo_a[g]; o_proj_b its group's K columns of wo_b: the two groups
+    together read each operand once (they counted the whole operand each)."""
+    from perf.roofline import floor
+
+    tg = build_task_graph(layers.build("decode-swa", config="flash", tp=4))
+    a0, a1 = task_work(tg.task("o.tp_o_a.g0")), task_work(tg.task("o.tp_o_a.g1"))
+    heads, wo_a = 2 * 512 * 4096 * 2, 2 * 1024 * 4096 * 2                # [groups, rows, width] bf16, both whole
+    assert a0.read == a1.read == (heads + wo_a) / 2
+    assert a0.cube_flops == 2 * 512 * 4096 * 1024
+    b0 = task_work(tg.task("o.tp_o_b.g0"))
+    assert b0.read == 512 * 1024 + 4096 * 1024                          # x int8 + wo_b[:, 0:1024] int8
+    f = floor(tg)
+    weights = {"wo_a": wo_a, "wo_b": 4096 * 2048}
+    read_once = sum(weights.values())
+    # the floor counts wo_a and wo_b exactly once: drop one group's tasks and the floor loses half of each
+    half = build_task_graph(layers.build("decode-swa", config="flash", tp=4))
+    half.tasks = [t for t in half.tasks if not t.name.endswith(".g1")]
+    assert f.parts["inputs"] - floor(half).parts["inputs"] == pytest.approx(read_once / 2)
+
+
+def test_floor_counts_inputs_caches_outputs_once_and_the_exchange_above():
+    from perf.roofline import floor
+
+    tg = build_task_graph(layers.build("decode-swa", config="flash", tp=4))
+    f = floor(tg)
+    weights = 4096 * 1024 * 2 + 1024 * 32768 + 4096 * 512 * 2 + 2 * 1024 * 4096 * 2 + 4096 * 2048 + 24 * 16384 * 4
+    x_hc = 128 * 4 * 4096 * 4
+    assert weights + x_hc < f.parts["inputs"] < weights + x_hc + 1.5e6      # + tables' rows, scales, small inputs
+    assert f.parts["outputs"] == 128 * 4 * 4096 * 4                     # x_out once, not per reader/writer
+    window = 128 * 128 * 512 * 2                                        # the gather's window rows of kv_cache
+    assert window < f.parts["caches"] < window + 0.2e6                  # + the T new rows written
+    assert f.high - f.low == f.parts["exchange"] > 0
+    assert f.low_us == pytest.approx(f.low / 1.6e12 * 1e6)
+    assert 100e6 < f.low < 115e6                                        # the issue's SWA TP4 estimate: 92-117 MB

@@ -1,0 +1,137 @@
+"""Trust flags: when an estimated Δ between two variants should not be believed at face value.
+
+    t = trust(ref, var, params, globs=())     # two VariantResults (perf/ab.py), optionally one stage of them
+    t.flags                                   # ("F", "R", "B") subset, shown next to the Δ; LEGEND explains them
+
+A Δ is the improvement of `var` over `ref` in % of `ref` (positive = faster), over the whole layer or over the
+tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
+  F  when it depends on a kernel more than FAR_RATIO× over its chip roofline: with every such cost-model kernel
+     replaced by its blocked roofline in both variants (`far_at_roofline`), the Δ moves by more than TOLERANCE
+     points or changes sign;
+  R  when it comes mostly from roofline-only tasks (collectives, kernels without a pypto template, failed
+     simulations): at least ROOFLINE_SHARE of the summed per-task change of alone time is on such tasks;
+  B  when its sign flips under the other block model (`span` vs `work`, perf/schedule.py).
+A Δ within ±FLAT points has no sign (a flip needs two signed Δs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from .costs import KernelCost, roofline_cost
+from .schedule import ScheduleParams, sched_tasks, schedule
+
+FAR_RATIO = 10.0        # a cost-model kernel this many times over its chip roofline is "far" from it
+TOLERANCE = 5.0         # points of Δ: the corpus's acceptance band (perf/cases.py)
+ROOFLINE_SHARE = 0.5    # "mostly": at least half of the per-task change
+FLAT = 0.5              # points: a Δ this small has no sign
+
+LEGEND = {
+    "F": f"the Δ depends on a kernel > {FAR_RATIO:g}× over its roofline (with those kernels at their roofline in "
+         f"both variants it moves > {TOLERANCE:g} points or changes sign)",
+    "R": f"the Δ comes mostly (≥ {100 * ROOFLINE_SHARE:.0f} % of the per-task change) from roofline-only tasks "
+         "(collectives, untemplated kernels): lower bounds, not simulations",
+    "B": "the sign of the Δ flips under the other block model (`span` vs `work`)",
+}
+
+
+@dataclass
+class Trust:
+    delta: float | None                    # improvement %, our model
+    flags: tuple[str, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def mark(self) -> str:
+        """' [F,R]' to append to the Δ it qualifies, '' when nothing is flagged."""
+        return f" [{','.join(self.flags)}]" if self.flags else ""
+
+    def to_json(self) -> dict:
+        return {"delta_pct": self.delta, "flags": list(self.flags), **self.detail}
+
+
+def improvement(ref: float, var: float) -> float | None:
+    return 100.0 * (ref - var) / ref if ref else None
+
+
+def sign(delta: float | None) -> int:
+    if delta is None or abs(delta) <= FLAT:
+        return 0
+    return 1 if delta > 0 else -1
+
+
+def flips(a: float | None, b: float | None) -> bool:
+    return sign(a) * sign(b) < 0
+
+
+def scope_latency(r, params: ScheduleParams, globs: Sequence[str] = (),
+                  costs: dict[int, KernelCost] | None = None) -> float:
+    """Makespan µs of a VariantResult's tasks (those matching `globs` scheduled alone, else all) under `costs`
+    (default: its own) and `params`."""
+    from .ab import stage_tasks
+
+    tasks = stage_tasks(r.tg, globs) if globs else sched_tasks(r.tg)
+    if not tasks:
+        return 0.0
+    return schedule(tasks, costs if costs is not None else r.estimate.schedule.costs, params).makespan_us
+
+
+def far_at_roofline(r, ratio: float = FAR_RATIO) -> tuple[dict[int, KernelCost], set[str]]:
+    """Costs with every pypto-sourced kernel whose alone time exceeds `ratio` × its chip roofline replaced by
+    its blocked roofline estimate, and the ops of those kernels: a what-if that shows how much of a layer those
+    kernels hold back."""
+    costs = dict(r.estimate.schedule.costs)
+    far: set[str] = set()
+    for row in r.estimate.rows:
+        far_off = row.ratio > ratio if row.ratio is not None else row.alone_us > 0   # no bound: a no-op on device
+        if row.source == "pypto" and far_off:
+            costs[row.id] = roofline_cost(r.tg.tasks[row.id], note="what-if")
+            far.add(row.op)
+    return costs, far
+
+
+def in_scope(r, globs: Sequence[str]) -> set[int]:
+    from .ab import stage_tasks
+
+    return {t.id for t in (stage_tasks(r.tg, globs) if globs else sched_tasks(r.tg))}
+
+
+def roofline_share(ref, var, globs: Sequence[str] = ()) -> tuple[float, float]:
+    """(share, total µs): the fraction of Σ|per-task change of alone time| (tasks matched by name; a task in one
+    variant only counts its whole alone time) that is on roofline-sourced tasks (either side), and that sum."""
+    def rows(r):
+        ids = in_scope(r, globs)
+        return {row.name: row for row in r.estimate.rows if row.id in ids and row.core != "none"}
+
+    a, b = rows(ref), rows(var)
+    total = roof = 0.0
+    for name in a.keys() | b.keys():
+        ra, rb = a.get(name), b.get(name)
+        change = abs((rb.alone_us if rb else 0.0) - (ra.alone_us if ra else 0.0))
+        total += change
+        if any(x is not None and x.source == "roofline" for x in (ra, rb)):
+            roof += change
+    return (roof / total if total else 0.0), total
+
+
+def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
+          ref_latency: float | None = None, var_latency: float | None = None) -> Trust:
+    """The flags of `var`'s Δ over `ref` (module docstring)."""
+    lr = ref_latency if ref_latency is not None else scope_latency(ref, params, globs)
+    lv = var_latency if var_latency is not None else scope_latency(var, params, globs)
+    delta = improvement(lr, lv)
+    other = replace(params, block_model="span" if params.block_model == "work" else "work")
+    d_block = improvement(scope_latency(ref, other, globs), scope_latency(var, other, globs))
+    (c_ref, far_ref), (c_var, far_var) = far_at_roofline(ref), far_at_roofline(var)
+    d_far = improvement(scope_latency(ref, params, globs, c_ref), scope_latency(var, params, globs, c_var))
+    share, changed = roofline_share(ref, var, globs)
+    flags = []
+    far_moves = d_far is not None and delta is not None and (abs(d_far - delta) > TOLERANCE or flips(delta, d_far))
+    if far_moves:
+        flags.append("F")
+    if changed > 0 and share >= ROOFLINE_SHARE:
+        flags.append("R")
+    if flips(delta, d_block):
+        flags.append("B")
+    return Trust(delta, tuple(flags), {"delta_other_block_model_pct": d_block, "delta_far_at_roofline_pct": d_far,
+                                       "far_kernels": sorted(far_ref | far_var), "roofline_share": share,
+                                       "changed_alone_us": changed})

@@ -1,0 +1,230 @@
+"""The case corpus (perf/cases.py, `dspark ab --cases`): loader, scoping, JSON schema, verdict arithmetic. No pypto:
+stub or roofline costs on the tiny config."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dspark_cli.main import main
+from perf.ab import stage_latency, stage_tasks
+from perf.cases import CaseError, Measured, load_cases, load_file, run_cases, verdict
+from perf.costs import FunctionCosts, KernelCost, RooflineCosts
+from perf.schedule import ScheduleParams
+
+TINY = """
+[[case]]
+name = "tiny-swa-split"
+pr = 982
+layer = "decode-swa"
+shape = { config = "tiny", tp = 2, batch = 2, seq = 4, rows = 8 }
+before = "cleanup"
+after = { passes = ["canonicalize", "cse", "split-writeback-bias", "dce"] }
+hw = { before_us = 100.0, after_us = 80.0 }
+source = "a test"
+
+[[case]]
+name = "tiny-hc-pre"
+layer = "decode-swa"
+shape = { config = "tiny", tp = 2, batch = 2, seq = 4 }
+scope = { name = "hc_pre", tasks = ["hc.hc_pre_*", "hc.split_pre_post", "hc.comb_sinkhorn", "hc.mix_x"] }
+before = "all-off"
+after = { pipeline = "canonicalize,cse,deterministic-split-k,dce" }
+hw = { delta_pct = 0.0 }
+source = "a test"
+
+[[case]]
+name = "tiny-held-back"
+layer = "decode-swa"
+shape = { config = "tiny", tp = 2, batch = 2, seq = 4 }
+before = "all-off"
+after = { default_without = ["tile-choice"] }
+source = "a test"
+
+[[case]]
+name = "tiny-unsupported"
+layer = "decode-swa"
+before = "all-off"
+after = "default"
+source = "a test"
+unsupported = "no such layer form yet"
+"""
+
+
+def stub(task):
+    """1 µs per block of work on its core kind: deterministic, every task different."""
+    n = max(task.blocks, 1)
+    return KernelCost("given", 1800.0, *((1800.0 * n, 0.0) if task.core == "cube" else (0.0, 1800.0 * n)))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cases") / "tiny.toml"
+    path.write_text(TINY)
+    return load_cases(str(path))
+
+
+@pytest.fixture(scope="module")
+def report(corpus):
+    return run_cases(corpus, FunctionCosts(stub), ScheduleParams())
+
+
+def test_the_seed_corpus_loads():
+    cases = {c.name: c for c in load_cases("all")}
+    assert {"csa-topk-bypass-typed-gather", "swa-parallelisation", "hca-merge-rope-pack",
+            "hc-pre-split-k-prefill-512", "hc-pre-split-k-decode-128"} <= set(cases)
+    pre = cases["hc-pre-split-k-prefill-512"]
+    assert pre.pr == 982 and pre.rows == 512 and pre.shape.batch * pre.shape.seq == 512 and pre.scope
+    assert (pre.hw.before_us, pre.hw.after_us) == (167.0, 199.5) and pre.hw.delta == pytest.approx(19.46, abs=0.01)
+    assert cases["hc-pre-split-k-decode-128"].hw.delta == 0 and cases["hc-pre-split-k-decode-128"].hw.to_json() is None
+    csa = cases["csa-topk-bypass-typed-gather"]
+    assert dict(csa.shape.params) == {"max_context": 256} and not csa.scope and csa.pr is None
+    assert "topk-bypass" in csa.after.text and "topk-bypass" not in csa.before.text
+
+
+def test_pipelines_map_to_variants(corpus):
+    c = {x.name: x for x in corpus}
+    assert c["tiny-swa-split"].before.variant.name == "cleanup"
+    assert dict(c["tiny-swa-split"].after.variant.ctx)["only"] == ("canonicalize", "cse", "split-writeback-bias", "dce")
+    assert dict(c["tiny-hc-pre"].after.variant.ctx)["pipeline"] == "canonicalize,cse,deterministic-split-k,dce"
+    assert dict(c["tiny-held-back"].after.variant.ctx)["disabled"] == ("tile-choice",)
+    assert c["tiny-hc-pre"].rows == 8
+
+
+@pytest.mark.parametrize("body, where", [
+    ('[[case]]\nname = "x"\nlayer = = 3\nsource = "y"\n', ":3:9: "),          # TOML syntax: line and column
+    ('[[case]]\nname = "x"\nlayer = [\n', ":4: "),                              # at the end: the last line
+    ('[case]\nname = "x"\n', ": no [[case]] tables"),
+    ('[[cases]]\nname = "x"\n', ":1: unknown top-level key 'cases'"),
+])
+def test_syntax_errors_name_the_line(tmp_path, body, where):
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    with pytest.raises(CaseError) as e:
+        load_file(path)
+    assert str(e.value).startswith(f"{path}{where}") and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('"split-writeback-bias"', '"split-writeback-biass"', "case 'tiny-swa-split': after.passes: unknown pass"),
+    ("rows = 8 }", "rows = 9 }", "case 'tiny-swa-split': shape.rows = 9 but batch × seq = 2 × 4 = 8"),
+    ('layer = "decode-swa"\nshape = { config = "tiny", tp = 2, batch = 2, seq = 4, rows = 8 }',
+     'layer = "decode-swaa"', "case 'tiny-swa-split': unknown layer 'decode-swaa'"),
+    ('pr = 982', 'pr = "982"', "case 'tiny-swa-split': 'pr' must be a pypto-lib PR number"),
+    ('hw = { before_us = 100.0, after_us = 80.0 }', 'hw = { before_us = 100.0 }', "hw needs both"),
+    ('before = "cleanup"', 'before = "clean"', "case 'tiny-swa-split': before: 'clean' is not one of"),
+    ('before = "cleanup"', 'before = { pipeline = "cse,,dce" }', "case 'tiny-swa-split': before.pipeline:"),
+    ('pr = 982', 'pr = 982\nsauce = "x"', "case 'tiny-swa-split': unknown key 'sauce'"),
+    ('name = "tiny-held-back"', 'name = "tiny-hc-pre"', "case 'tiny-hc-pre': the name is also used"),
+])
+def test_bad_cases_are_one_line_with_the_case_name(tmp_path, old, new, message):
+    assert old in TINY
+    path = tmp_path / "bad.toml"
+    path.write_text(TINY.replace(old, new, 1))
+    with pytest.raises(CaseError) as e:
+        load_cases(str(path))
+    text = str(e.value)
+    assert text.startswith(str(path)) and message in text and "\n" not in text, text
+
+
+def test_a_missing_file_and_an_empty_file(tmp_path):
+    with pytest.raises(CaseError, match="no such case file"):
+        load_cases(str(tmp_path / "none.toml"))
+    (tmp_path / "empty.toml").write_text("# nothing\n")
+    with pytest.raises(CaseError, match="no \\[\\[case\\]\\] tables"):
+        load_cases(str(tmp_path / "empty.toml"))
+
+
+def test_verdict_arithmetic():
+    hw = Measured(100.0, 80.0)                                   # −20 %
+    assert verdict(hw, 90.0, 75.0) == {"sign": True, "delta": True, "absolute": True}        # −16.7 %: 3.3 pts
+    assert verdict(hw, 90.0, 81.0) == {"sign": True, "delta": False, "absolute": True}       # −10 %: 10 pts
+    assert verdict(hw, 50.0, 60.0) == {"sign": False, "delta": False, "absolute": False}     # +20 %, 50 % low
+    assert verdict(hw, 126.0, 100.0)["absolute"] is False and verdict(hw, 124.0, 99.0)["absolute"] is True
+    assert verdict(hw, 100.0, 100.2)["sign"] is False                                        # flat is no sign
+    flat = Measured(delta_pct=0.0)                               # published as unchanged
+    assert verdict(flat, 100.0, 104.0) == {"sign": True, "delta": True, "absolute": None}
+    assert verdict(flat, 100.0, 106.0) == {"sign": False, "delta": False, "absolute": None}
+    assert verdict(Measured(), 100.0, 90.0) == {"sign": None, "delta": None, "absolute": None}
+
+
+def test_errors_are_points_and_percent(report):
+    r = next(x for x in report.results if x.case.name == "tiny-swa-split")
+    e = r.errors()
+    assert e["delta_points"] == pytest.approx(r.predicted_delta - (-20.0))
+    assert e["before_pct"] == pytest.approx(100 * (r.before_us - 100.0) / 100.0)
+    assert e["after_pct"] == pytest.approx(100 * (r.after_us - 80.0) / 80.0)
+    assert r.predicted_delta == pytest.approx(100 * (r.after_us - r.before_us) / r.before_us)
+
+
+def test_a_scoped_case_costs_and_schedules_only_its_stage(corpus):
+    case = next(c for c in corpus if c.name == "tiny-hc-pre")
+    costed = []
+
+    def counting(task):
+        costed.append(task.name)
+        return stub(task)
+
+    rep = run_cases([case], FunctionCosts(counting), ScheduleParams())
+    r = rep.results[0]
+    for side, us in ((r.before, r.before_us), (r.after, r.after_us)):
+        names = {t.name for t in stage_tasks(side.tg, case.scope)}
+        assert names and all(n.startswith("hc.") and n != "hc.hc_post" for n in names)
+        assert us == stage_latency(side, case.scope, ScheduleParams())[0]
+    assert set(costed) <= {t.name for s in (r.before, r.after) for t in stage_tasks(s.tg, case.scope)}
+    assert "hc.hc_pre_linear_reduce" in {t.name for t in stage_tasks(r.after.tg, case.scope)}
+    assert "hc.hc_pre_linear_seed" in {t.name for t in stage_tasks(r.before.tg, case.scope)}
+
+
+def test_json_schema(report):
+    doc = report.to_json()
+    assert [d["name"] for d in doc] == ["tiny-swa-split", "tiny-hc-pre", "tiny-held-back", "tiny-unsupported"]
+    for d in doc:
+        assert {"name", "pr", "layer", "shape", "scope", "hw", "predicted", "errors", "verdict", "trust",
+                "source"} <= set(d)
+        assert set(d["shape"]) == {"config", "tp", "batch", "seq", "contexts", "rows"}
+    split, pre, held, unsupported = doc
+    assert split["pr"] == 982 and split["hw"] == {"before_us": 100.0, "after_us": 80.0}
+    assert set(split["predicted"]) == {"before_us", "after_us"} and split["scope"]["tasks"] is None
+    assert pre["hw"] is None and pre["hw_delta_pct"] == 0.0 and pre["scope"]["tasks"][0] == "hc.hc_pre_*"
+    assert held["hw"] is None and held["verdict"] == {"sign": None, "delta": None, "absolute": None}
+    assert unsupported["predicted"] is None and "no such layer form yet" in unsupported["error"]
+    assert set(split["trust"]["flags"]) <= {"F", "R", "B"}
+    json.dumps(doc)
+
+
+def test_markdown_and_table(report):
+    md = report.markdown()
+    assert "| tiny-swa-split | #982 |" in md and "100.0 → 80.0 µs (-20.0 %)" in md
+    assert "held back" in md and "not predicted: unsupported: no such layer form yet" in md
+    assert "**R**:" in md and report.summary().startswith("")
+
+
+def test_cli_runs_a_case_file(tmp_path, capsys):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    out = tmp_path / "out"
+    assert main(["ab", "--cases", str(path), "--source", "roofline", "--no-progress", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| tiny-swa-split | #982 |" in printed and "trust flags:" in printed
+    doc = json.loads((out / "cases.json").read_text())
+    assert len(doc) == 4 and (out / "cases.md").is_file()
+    assert doc[0]["predicted"]["before_us"] > 0
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text(TINY.replace("rows = 8 }", "rows = 9 }"))
+    assert main(["ab", "--cases", str(path), "--source", "roofline", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shape.rows = 9" in err and not (tmp_path / "o").exists()
+    assert main(["ab", "decode-swa", "--cases", "all", "-o", str(tmp_path / "o")]) == 2
+    assert "give layers or --cases" in capsys.readouterr().err
+
+
+def test_roofline_source_runs_every_seed_case_shape():
+    """The corpus's graphs build and its scopes match tasks (roofline costs: no pypto)."""
+    cases = [c for c in load_cases("all") if c.name.startswith("hc-pre")]
+    rep = run_cases(cases, RooflineCosts(), ScheduleParams())
+    for r in rep.results:
+        assert r.before_us > 0 and r.after_us > 0

@@ -1,0 +1,84 @@
+"""Trust flags (perf/trust.py) on the tiny SWA layer with stub costs: F, R and the sign rules."""
+from __future__ import annotations
+
+import pytest
+
+from perf.ab import Case, Shape, run_ab, variants
+from perf.costs import FunctionCosts, KernelCost
+from perf.schedule import ScheduleParams
+from perf.trust import LEGEND, flips, roofline_share, sign, trust
+
+SPLIT = {"swa.swa_cache_insert_valid_bias", "swa.swa_cache_writeback", "swa.swa_valid_bias"}
+
+
+def costs(source_of_split: str, insert_cycles: float = 1800.0):
+    """1 µs per block everywhere; the split tasks from `source_of_split`, the fused insert `insert_cycles`."""
+    def fn(task):
+        n = max(task.blocks, 1)
+        cyc = insert_cycles if task.name == "swa.swa_cache_insert_valid_bias" else 1800.0
+        src = source_of_split if task.name in SPLIT else "pypto"
+        return KernelCost(src, cyc, *((cyc * n, 0.0) if task.core == "cube" else (0.0, cyc * n)))
+    return FunctionCosts(fn)
+
+
+def run(source):
+    vl = [v for v in variants(["split-writeback-bias"], steps=False)]
+    return run_ab([Case("decode-swa", Shape("tiny"))], source, ScheduleParams(), variant_list=vl).cases[0]
+
+
+def test_a_gain_on_roofline_only_tasks_is_flagged_r():
+    c = run(costs("roofline"))
+    t = c.trust["+split-writeback-bias"]
+    assert "R" in t.flags and t.detail["roofline_share"] == pytest.approx(1.0)
+    assert "+split-writeback-bias" in c.mostly_roofline()
+    same = run(costs("pypto"))
+    assert "R" not in same.trust["+split-writeback-bias"].flags
+    assert same.trust["+split-writeback-bias"].detail["roofline_share"] == 0.0
+
+
+def test_a_gain_that_rests_on_a_kernel_far_over_its_roofline_is_flagged_f():
+    far = run(costs("pypto", insert_cycles=2e6))         # ~1.1 ms for a tiny cache insert: far over its roofline
+    t = far.trust["+split-writeback-bias"]
+    assert "F" in t.flags and t.detail["far_kernels"]
+    assert abs(t.detail["delta_far_at_roofline_pct"] - t.delta) > 5
+    near = run(costs("pypto"))
+    assert "F" not in near.trust["+split-writeback-bias"].flags
+
+
+def test_rows_and_markdown_carry_the_flags():
+    c = run(costs("roofline"))
+    assert "all-off" not in c.trust and c.trust["-split-writeback-bias"].detail is not None
+    from perf.ab import ABReport
+
+    md = ABReport([c], "given", ScheduleParams()).markdown()
+    row = next(line for line in md.splitlines() if line.startswith("| +split-writeback-bias |"))
+    assert "[R" in row
+    assert "gain mostly from roofline-only tasks" in md and LEGEND["R"] in md
+    assert "seed-only pipeline" in md and "floor of what a rank must move" in md
+
+
+def test_sign_and_flip_rules():
+    assert sign(0.4) == 0 and sign(-0.6) == -1 and sign(None) == 0
+    assert flips(3.0, -1.0) and not flips(3.0, 0.3) and not flips(-2.0, -9.0)
+
+
+def test_trust_of_a_variant_against_itself_is_clean():
+    c = run(costs("roofline"))
+    r = c.results["default"]
+    t = trust(r, r, ScheduleParams())
+    assert t.delta == 0 and t.flags == ()
+    assert roofline_share(r, r) == (0.0, 0.0)
+
+
+def test_a_gain_whose_sign_flips_under_the_other_block_model_is_flagged_b():
+    """The fused insert: a short span but a long one-core work (the `work` model pays the work, `span` the span);
+    the split tasks cost the same in both. So the split wins under `work` and loses under `span`."""
+    def fn(task):
+        n = max(task.blocks, 1)
+        if task.name == "swa.swa_cache_insert_valid_bias":
+            return KernelCost("pypto", 1800.0, 0.0, 2e6)
+        cyc = 1e5 if task.name in SPLIT else 1800.0
+        return KernelCost("pypto", cyc, *((cyc * n, 0.0) if task.core == "cube" else (0.0, cyc * n)))
+
+    t = run(FunctionCosts(fn)).trust["+split-writeback-bias"]
+    assert t.delta > 0 > t.detail["delta_other_block_model_pct"] and "B" in t.flags
