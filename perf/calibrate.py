@@ -21,7 +21,9 @@ What each fact predicts under the model:
   that graph (a chain when `serial`, else T independent tasks);
 * per-block dispatch of a B-block vector task: ceil(min(B, 48) / K) · c / B;
 * per task (the one-to-one rows of the swimlane table): our scheduled span (first block start -> finish,
-  summed over our tasks when a chip task maps to several) vs the chip's span.
+  summed over our tasks when a chip task maps to several) vs the chip's span;
+* the seed cases of the corpus (perf/cases, `[fit] cases` names which): each side with a published absolute,
+  its scope's makespan (`dspark ab --cases`' prediction) vs the published µs.
 The loss is Σ weight_group · Σ (predicted / measured − 1)²; the per-task group is normalised by its size so that
 it cannot drown the global facts. The fit is a deterministic grid search refined by halving (no random
 start, no library optimiser: scipy is not in the venv): the same facts and costs give the same bits.
@@ -43,7 +45,7 @@ except ModuleNotFoundError:      # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .costs import KernelCost
-from .schedule import FITTED, SchedTask, ScheduleParams, schedule
+from .schedule import FITTED, SchedTask, ScheduleParams, sched_tasks, schedule
 
 FACTS = Path(__file__).parent / "calibration" / "facts.toml"
 RESULT = Path(__file__).parent / "calibration" / "result.json"
@@ -74,13 +76,53 @@ def load_facts(path: str | Path = FACTS) -> dict:
 def swimlane_graph(facts: Mapping, source) -> tuple[list[SchedTask], dict[int, KernelCost]]:
     """Our task graph of the swimlane's case (default pipeline) and its kernel costs from `source`."""
     from .ab import Case, Shape, Variant, lower_variant
-    from .schedule import sched_tasks
 
     sw = facts["swimlane"]
     params = (("max_context", int(sw["max_context"])),) if sw.get("max_context") else ()
     g = Case(sw["layer"], Shape(sw["config"], int(sw["tp"]), int(sw["batch"]), int(sw["seq"]), params)).build()
     tg = lower_variant(g, Variant("default", "default")).tg
     return sched_tasks(tg), source.costs(tg)
+
+
+@dataclass
+class CaseSide:
+    """One side (before | after) of a corpus case with a published absolute figure: its lowered graph and kernel
+    costs (fixed during the fit), rescheduled under each candidate's parameters."""
+
+    case: str
+    side: str
+    measured_us: float
+    result: object          # perf.ab.VariantResult
+    scope: tuple[str, ...]
+
+    def predicted_us(self, params: ScheduleParams) -> float:
+        from .trust import scope_latency
+
+        return scope_latency(self.result, params, self.scope)
+
+    def digest(self) -> str:
+        return costs_digest(sched_tasks(self.result.tg), self.result.estimate.schedule.costs)
+
+
+def corpus_sides(spec: str, source, base: ScheduleParams | None = None) -> list[CaseSide]:
+    """The seed cases of the corpus (perf/cases, `spec` as `dspark ab --cases`) with published absolutes."""
+    from .ab import Case
+    from .cases import load_cases, predict_side
+
+    base = base or ScheduleParams()
+    out = []
+    for case in load_cases(spec):
+        if case.unsupported:
+            continue
+        wanted = [(side, pipe, us) for side, pipe, us in (("before", case.before, case.hw.before_us),
+                                                           ("after", case.after, case.hw.after_us)) if us]
+        if not wanted:
+            continue
+        g = Case(case.layer, case.shape).build()
+        for side, pipe, us in wanted:
+            r, _ = predict_side(g, case, pipe, source, base)
+            out.append(CaseSide(case.name, side, float(us), r, tuple(case.scope)))
+    return out
 
 
 def costs_digest(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost]) -> str:
@@ -167,7 +209,7 @@ class Residual:
 
 
 def residuals(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
-              params: ScheduleParams) -> list[Residual]:
+              params: ScheduleParams, cases: Sequence[CaseSide] = ()) -> list[Residual]:
     out = []
     rows, makespan = task_rows(facts, tasks, costs, params) if tasks else ([], None)
     if makespan is not None:
@@ -189,6 +231,8 @@ def residuals(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
     for r in rows:
         if r.one_to_one and r.predicted_us is not None:
             out.append(Residual("tasks", r.chip, r.span_us, r.predicted_us))
+    for c in cases:
+        out.append(Residual("cases", f"{c.case} {c.side}", c.measured_us, c.predicted_us(params)))
     return out
 
 
@@ -199,7 +243,7 @@ def loss(res: Sequence[Residual], weights: Mapping[str, float]) -> float:
     total = 0.0
     for g, errs in sorted(groups.items()):
         w = float(weights.get(g, 0.0))
-        total += w * (sum(errs) / len(errs) if g == "tasks" else sum(errs))
+        total += w * (sum(errs) / len(errs) if g in ("tasks", "cases") else sum(errs))
     return total
 
 
@@ -230,7 +274,7 @@ class Fit:
 
 
 def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
-              base: ScheduleParams | None = None, rounds: int = 6) -> Fit:
+              base: ScheduleParams | None = None, rounds: int = 6, cases: Sequence[CaseSide] = ()) -> Fit:
     """Grid search over (H, c) in BOX, each point with its best L (L only shifts the probes, so it is searched
     on the residuals of one schedule run), then `rounds` refinements of the grid around the best point with the
     steps halved: deterministic, no random start."""
@@ -246,7 +290,7 @@ def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
         """(loss, L) with the best L for this (H, c): probes re-priced by L alone, the rest fixed."""
         nonlocal evaluations
         evaluations += 1
-        res = residuals(facts, tasks, costs, at(h, c, 0.0))
+        res = residuals(facts, tasks, costs, at(h, c, 0.0), cases)
         lo, hi, step = BOX["launch_cycles"]
         best = (math.inf, lo)
         for r in range(rounds + 2):
@@ -279,7 +323,11 @@ def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
         grid_h = [min(h_hi, max(h_lo, best[1] + i * h_step)) for i in range(-2, 3)]
         grid_c = [min(c_hi, max(c_lo, best[2] + i * c_step)) for i in range(-2, 3)]
     params = at(best[1], best[2], best[3])
-    return Fit(params, residuals(facts, tasks, costs, params), best[0], evaluations, costs_digest(tasks, costs))
+    digest = costs_digest(tasks, costs)
+    if cases:
+        parts = [digest] + [c.digest() for c in cases]
+        digest = hashlib.sha256(" ".join(parts).encode()).hexdigest()[:16]
+    return Fit(params, residuals(facts, tasks, costs, params, cases), best[0], evaluations, digest)
 
 
 # ---- text --------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """Fit the chip schedule model's free constants (hop latency, block dispatch, launch floor) to the training facts.
 
-The facts (perf/calibration/facts.toml, with their sources) are the chip's HCA TP4 16x256 decode swimlane and
-the launch probes; nothing else is fitted (other published figures are held back to validate the model). The
-kernel costs of our HCA graph come from the pypto cost cache only (never a cold simulation: a kernel not in
-the cache gets its roofline estimate, flagged in the table). Writes the fitted constants and every fact's
-residual to perf/calibration/result.json (or -o FILE); `--check` refits and compares with that file instead.
-Prints the residuals and the per-task table against the swimlane, under the fitted chip model and the legacy
-one.
+The facts (perf/calibration/facts.toml, with their sources) are the chip's HCA TP4 16x256 decode swimlane, the
+launch probes and the seed cases of the corpus (perf/cases, `[fit] corpus`); nothing else is fitted (other
+published figures are held back to validate the model). The kernel costs come from the pypto cost cache only
+(never a cold simulation: a kernel not in the cache gets its roofline estimate, flagged in the table). Writes the
+fitted constants and every fact's residual to perf/calibration/result.json (or -o FILE); `--check` refits and
+compares with that file instead. Prints the residuals and the per-task table against the swimlane, under the
+fitted chip model and the legacy one.
 """
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
             for params in (chip, ScheduleParams()):
                 print(cal.swimlane_table(facts, tasks, costs, params)[0] + "\n")
             return 0
-        fit = cal.calibrate(facts, tasks, costs)
+        corpus = facts["fit"].get("corpus")
+        sides = cal.corpus_sides(str(corpus), source) if corpus else []
+        fit = cal.calibrate(facts, tasks, costs, cases=sides)
     except cal.CalibrationError as e:
         raise UsageError(str(e)) from None
     tables = [cal.swimlane_table(facts, tasks, costs, p) for p in (fit.params, ScheduleParams())]

@@ -169,3 +169,23 @@ def test_ab_runs_the_chosen_schedule_model(tmp_path):
     assert out["chip"]["schedule"]["hop_cycles"] > 0 and out["legacy"]["schedule"]["hop_cycles"] == 0
     lat = {m: out[m]["cases"][0]["variants"][0]["latency_us"] for m in out}
     assert lat["chip"] != lat["legacy"]
+
+
+class FakeSide(cal.CaseSide):
+    def predicted_us(self, params):
+        return 100.0 + params.us(params.hop_cycles)
+
+    def digest(self):
+        return "fake"
+
+
+def test_corpus_sides_are_facts_of_their_own_group():
+    truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(3e-6))
+    facts = tiny_facts(truth)
+    facts["fit"]["cases"] = 100.0                  # heavy enough to move the fit
+    side = FakeSide("case-a", "before", 110.0, None, ())
+    res = cal.residuals(facts, [], {}, truth, [side])
+    mine = [r for r in res if r.group == "cases"]
+    assert [(r.name, r.measured, r.predicted) for r in mine] == [("case-a before", 110.0, pytest.approx(103.0))]
+    # the cases group pulls the hop towards 10 µs: the fit moves H off the probes' 3 µs
+    assert cal.calibrate(facts, [], {}, rounds=2, cases=[side]).params.hop_cycles > truth.hop_cycles
