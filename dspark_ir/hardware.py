@@ -19,6 +19,7 @@ platform file of its ASCEND_910B2 cost model.
 | vector peak | 64 fp32 (128 × 16-bit) lanes/cycle/AIV | `A2A3.ini vec_calc_size=128`; 48 AIVs × 128 × 2 (FMA) × 1.8 GHz = 22 TFLOPS fp16, the published figure |
 | inter-chip link | 196 GB/s per chip | public `HWConf` 910B2 `intra_node_bandwidth=196 GB/s` (HCCS); the collectives' remote bytes only |
 | AICPU dispatch | 930 cycles per task | pypto's cost-model parameters (`_simulate.config.ini` of every SIM run): `AICPU.completionCycles=240` + `resolveCycles=390` + `schedulerCycles=200` + `Device.submitLatency=100`: completion of a predecessor → resolve → schedule → submit |
+| AICPU scheduler threads | 3 | the chip's AICPU runs 3 scheduler threads that dispatch the AICore blocks (pypto-lib public tuning notes of the DSpark decode layers; perf/calibration/facts.toml); the schedule model's block dispatchers |
 | copy into L1 / UB | 1400 cycles + bytes / 95 B/cycle | read from the cost model's per-pipe logs: one MTE_IN pipe per core runs the copies one after the other (kernels/qkv.py, kernels/compressor.py notes) |
 | task round | 4500 cycles | the cost model's gap before a core's next pypto task (dispatch and start latency), read from its swimlanes |
 | AICPU scheduling | 270 cycles per pypto task | the cost model's serial scheduling of a kernel's pypto tasks, read from its swimlanes |
@@ -67,6 +68,7 @@ class Hardware:
     copy_in_bytes_per_cycle: int = 95                       # ... plus its bytes at this rate
     task_round_cycles: int = 4500                           # the gap before a core's next pypto task
     task_schedule_cycles: int = 270                         # the AICPU's scheduling per pypto task (serial)
+    aicpu_schedulers: int = 3                               # AICPU threads that dispatch AICore blocks
 
     # ---- derived --------------------------------------------------------------------------------
     @property

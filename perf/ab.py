@@ -201,8 +201,8 @@ class ABReport:
         lines = ["# dspark ab: estimated layer latency per pass configuration", "",
                  f"Cost source: **{self.source}** (per-kernel cycles; `source` column per kernel). Schedule model: "
                  f"perf/schedule.py, {self.params.cube_cores} AIC + {self.params.vector_cores} AIV, dispatch "
-                 f"{self.params.dispatch_cycles:g} cycles/task, {self.params.clock_hz / 1e9:g} GHz. Δ = improvement "
-                 "over the reference (positive = faster).", ""]
+                 f"{self.params.dispatch_cycles:g} cycles/task, {self.params.clock_hz / 1e9:g} GHz, "
+                 f"{_model_text(self.params)}. Δ = improvement over the reference (positive = faster).", ""]
         lines += [f"- {n}" for n in self.notes]
         for c in self.cases:
             lines += ["", f"## {c.case.label()}", ""]
@@ -329,7 +329,11 @@ class ABReport:
                           "pass_cost_pct": {p: c.pass_cost(p) for p in optimisation_passes()}, "variants": rows})
         return {"schema": "dspark-ab/1", "source": self.source,
                 "schedule": {"cube_cores": self.params.cube_cores, "vector_cores": self.params.vector_cores,
-                             "dispatch_cycles": self.params.dispatch_cycles, "clock_hz": self.params.clock_hz},
+                             "dispatch_cycles": self.params.dispatch_cycles, "clock_hz": self.params.clock_hz,
+                             "model": self.params.name, "block_model": self.params.block_model,
+                             "hop_cycles": self.params.hop_cycles, "dispatchers": self.params.dispatchers,
+                             "block_dispatch_cycles": self.params.block_dispatch_cycles,
+                             "launch_cycles": self.params.launch_cycles},
                 "notes": self.notes, "cases": cases}
 
     # ---- plots -----------------------------------------------------------------------------------
@@ -355,6 +359,14 @@ def _holding_back(c: CaseResult, top: int = 6) -> list[str]:
     rows.sort(key=lambda r: -r.alone_us)
     return [f"`{r.name}` {r.alone_us:.0f} µs / {r.ratio:.0f}×" if r.ratio else f"`{r.name}` {r.alone_us:.0f} µs"
             for r in rows[:top]]
+
+
+def _model_text(p: ScheduleParams) -> str:
+    if not p.dispatchers and not p.hop_cycles:
+        return f"model `{p.name}` ({p.block_model} blocks)"
+    return (f"model `{p.name}` ({p.block_model} blocks, hop {p.us(p.hop_cycles):.2f} µs, block dispatch "
+            f"{p.us(p.block_dispatch_cycles):.2f} µs over {p.dispatchers} dispatchers; latencies are AICore makespans, "
+            f"a call adds the {p.us(p.launch_cycles):.1f} µs launch floor)")
 
 
 def _floor_notes(c: CaseResult) -> list[str]:

@@ -408,8 +408,9 @@ class CasesReport:
 
     def markdown(self) -> str:
         lines = ["# dspark ab --cases: the case corpus against the estimate", "",
-                 f"Cost source: **{self.source}**; schedule model perf/schedule.py ({self.params.block_model} blocks, "
-                 f"dispatch {self.params.dispatch_cycles:g} cycles/task). Δ = (after − before) / before: negative = "
+                 f"Cost source: **{self.source}**; schedule model perf/schedule.py `{self.params.name}` "
+                 f"({self.params.block_model} blocks, dispatch {self.params.dispatch_cycles:g} cycles/task). "
+                 "Δ = (after − before) / before: negative = "
                  f"faster. Verdict: sign right (a published 'unchanged' needs |Δ| ≤ {DELTA_POINTS:g}), |Δ error| ≤ "
                  f"{DELTA_POINTS:g} points, both absolutes within ±{ABSOLUTE_PCT:g} %.", ""]
         lines += [f"- {n}" for n in self.notes]

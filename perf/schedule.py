@@ -24,17 +24,50 @@ kernel's makespan on a whole chip), busy cycles W_t^cube, W_t^vec. Parameters: N
 5. Results. makespan = max f_t. serial = Σ alone_t with alone_t = D + max(S_t, ceil(B_t/N_kind)·d_t)
    (0 work for dummies): every task alone, one after another. critical = the longest dependency path
    weighted by alone_t (core limits ignored): a lower bound of the makespan under the model.
+
+The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleParams()`)
+-----------------------------------------------------------------------------------------
+6. Hop. A task becomes ready H cycles (`hop_cycles`) after the later of its last dependency's finish and
+   the dispatch overhead: r_t = D + H + max f_d (the chip swimlane's 2.6-9.5 µs producer→consumer gaps).
+   A task without dependencies is ready at D (no hop: nothing to wait for).
+7. Block dispatch. K dispatchers (`dispatchers`, the AICPU's scheduler threads) issue every task's blocks;
+   issuing one costs c (`block_dispatch_cycles`) of one dispatcher. A task dispatches min(B_t, N_kind)
+   blocks (a wider SPMD grid runs as cyclic workers, one per core, the way the seeds' kernels do); they
+   are issued in the order tasks become ready, each on the dispatcher free first, not before r_t. The
+   task's first block may start when its first issue ends, and f_t >= (end of its last issue) + d_t.
+   K = 0 turns the term off.
+8. Launch. `launch_cycles` L is paid once per call, before the first task: `call = L + makespan`
+   (the AICore makespan itself starts at the first task, as the chip's swimlane does).
+The chip model uses `block_model = "span"`: a kernel keeps the parallelism pypto's swimlane shows inside it
+(its busy cycles spread over its lanes), so a task alone takes its span S_t on min(B_t, N_kind) cores,
+not W_t on one core. Its free constants H, c and L are fitted by `dspark calibrate`
+(perf/calibrate.py, perf/calibration/result.json).
 """
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from dspark_ir.hardware import HARDWARE, Hardware
 
 from .costs import DUMMY, KernelCost
+
+CALIBRATION = Path(__file__).parent / "calibration" / "result.json"
+FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles")   # the chip model's free constants
+
+
+def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
+    """The chip model's free constants as `dspark calibrate` last fitted them (perf/calibration/result.json;
+    each with its value, unit, residuals and sources there). Missing file: all zero."""
+    if not path.is_file():
+        return {k: 0.0 for k in FITTED}
+    fitted = json.loads(path.read_text())["constants"]
+    return {k: float(fitted[k]["value"]) for k in FITTED}
+
 
 NEEDS = {"cube": {"cube": 1}, "vector": {"vector": 1}, "mix": {"cube": 1, "vector": 2}}
 LANE = {"cube": "AIC", "vector": "AIV"}
@@ -53,10 +86,33 @@ class ScheduleParams:
     dispatch_cycles: float = HARDWARE.dispatch_cycles
     clock_hz: float = HARDWARE.clock_hz
     block_model: str = "work"      # work: d = W / B (rule 2); span: d = S / waves (a sensitivity check)
+    hop_cycles: float = 0.0        # rule 6: producer finish -> consumer ready
+    block_dispatch_cycles: float = 0.0   # rule 7: one dispatcher's cost to issue one block
+    dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
+    launch_cycles: float = 0.0     # rule 8: paid once per call
+    name: str = "legacy"
 
     def __post_init__(self):
         if self.block_model not in ("work", "span"):
             raise ScheduleError(f"block_model must be 'work' or 'span', got {self.block_model!r}")
+        if min(self.hop_cycles, self.block_dispatch_cycles, self.launch_cycles, self.dispatchers) < 0:
+            raise ScheduleError("hop, block dispatch, launch and dispatchers must be >= 0")
+
+    @staticmethod
+    def chip(**changes) -> "ScheduleParams":
+        """The calibrated chip model (rules 6-8, span blocks) with the constants `dspark calibrate` fitted."""
+        base = ScheduleParams(block_model="span", dispatchers=HARDWARE.aicpu_schedulers, name="chip",
+                              **fitted_constants())
+        return replace(base, **changes)
+
+    @staticmethod
+    def named(model: str) -> "ScheduleParams":
+        """`legacy` (rules 1-5 only, work blocks) or `chip` (rules 1-8, calibrated)."""
+        if model == "legacy":
+            return ScheduleParams()
+        if model == "chip":
+            return ScheduleParams.chip()
+        raise ScheduleError(f"unknown schedule model {model!r} (legacy | chip)")
 
     @staticmethod
     def of(hw: Hardware, **changes) -> "ScheduleParams":
@@ -112,6 +168,7 @@ class Schedule:
     runs: dict[int, TaskRun] = field(default_factory=dict)
     blocks: list[BlockRun] = field(default_factory=list)
     makespan: float = 0.0
+    call: float = 0.0            # launch + makespan (rule 8)
     serial: float = 0.0
     critical: float = 0.0
     critical_path: list[int] = field(default_factory=list)
@@ -123,6 +180,10 @@ class Schedule:
     @property
     def serial_us(self) -> float:
         return self.params.us(self.serial)
+
+    @property
+    def call_us(self) -> float:
+        return self.params.us(self.call)
 
     def busy(self) -> dict[str, float]:
         """Core-cycles spent in blocks, per core kind."""
@@ -171,7 +232,19 @@ def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> f
         return params.dispatch_cycles
     n = params.cores(task.core)
     waves = math.ceil(task.blocks / n)
-    return params.dispatch_cycles + max(cost.span, waves * block_cycles(task, cost, params))
+    d = block_cycles(task, cost, params)
+    if params.dispatchers <= 0:
+        return params.dispatch_cycles + max(cost.span, waves * d)
+    c = params.block_dispatch_cycles
+    last_issue = math.ceil(dispatched_blocks(task, params) / params.dispatchers) * c
+    return params.dispatch_cycles + max(c + cost.span, c + waves * d, last_issue + d)
+
+
+def dispatched_blocks(task: SchedTask, params: ScheduleParams) -> int:
+    """Blocks the dispatchers issue for a task (rule 7): one per core it can use, at most its grid."""
+    if task.core == "none" or task.blocks <= 0:
+        return 0
+    return min(task.blocks, params.cores(task.core))
 
 
 def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
@@ -201,9 +274,12 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
         order += 1
         heapq.heappush(events, (time, order, task, kind, payload))
 
-    def make_ready(tid: int, at: float) -> None:
+    dispatcher_free = [0.0] * params.dispatchers        # rule 7: when each dispatcher is next free
+    issued: dict[int, float] = {}                       # task -> end of its last block issue
+
+    def make_ready(tid: int, at: float, hop: bool) -> None:
         t = by_id[tid]
-        r = at + params.dispatch_cycles
+        r = at + params.dispatch_cycles + (params.hop_cycles if hop else 0.0)
         run = TaskRun(tid, r, r, r, block_cycles(t, sched.costs[tid], params),
                       alone_cycles(t, sched.costs[tid], params))
         sched.runs[tid] = run
@@ -212,11 +288,19 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
             return
         left[tid] = t.blocks
         running[tid] = 0
-        push(r, "ready", tid)
+        first = r
+        if dispatcher_free:
+            ends = []
+            for _ in range(dispatched_blocks(t, params)):
+                k = min(range(len(dispatcher_free)), key=lambda i: (dispatcher_free[i], i))
+                dispatcher_free[k] = max(dispatcher_free[k], r) + params.block_dispatch_cycles
+                ends.append(dispatcher_free[k])
+            first, issued[tid] = ends[0], ends[-1]
+        push(first, "ready", tid)
 
     for t in tasks:
         if missing[t.id] == 0:
-            make_ready(t.id, 0.0)
+            make_ready(t.id, 0.0, hop=False)
 
     def finish(tid: int, at: float) -> None:
         run = sched.runs[tid]
@@ -225,7 +309,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
             dep_done[s] = max(dep_done.get(s, 0.0), at)
             missing[s] -= 1
             if missing[s] == 0:
-                make_ready(s, dep_done[s])
+                make_ready(s, dep_done[s], hop=True)
 
     def place(now: float) -> None:
         for r, tid in sorted(ready):
@@ -250,14 +334,14 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
         while events and events[0][0] == now:
             _, _, tid, kind, payload = heapq.heappop(events)
             if kind == "ready":
-                ready.append((sched.runs[tid].ready, tid))
+                ready.append((now, tid))
             elif kind == "block":
                 for lane in payload:
                     heapq.heappush(free["cube" if lane.startswith("AIC") else "vector"], int(lane[3:]))
                 running[tid] -= 1
                 if running[tid] == 0 and left[tid] == 0:
                     run = sched.runs[tid]
-                    floor = run.start + sched.costs[tid].span
+                    floor = max(run.start + sched.costs[tid].span, issued.get(tid, 0.0) + run.block_cycles)
                     if floor > now:
                         run.floor_bound = True
                         push(floor, "finish", tid)
@@ -270,6 +354,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
     if unfinished:
         raise ScheduleError(f"tasks never ran (dependency cycle?): {', '.join(unfinished[:5])}")
     sched.makespan = max((r.finish for r in sched.runs.values()), default=0.0)
+    sched.call = params.launch_cycles + sched.makespan
     sched.serial = sum(r.alone for r in sched.runs.values())
     sched.critical, sched.critical_path = _critical(tasks, sched.runs)
     return sched

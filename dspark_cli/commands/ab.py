@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from dspark_ir.fsutil import AtomicOutputDir
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-kernel costs: pypto's cost model (default) or the roofline only")
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
+    p.add_argument("--model", choices=("chip", "legacy"), default="chip",
+                   help="schedule model (perf/schedule.py): chip = hop latency, block dispatch and launch floor "
+                        "fitted by `dspark calibrate` (default); legacy = the model before issue 16")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -73,6 +77,8 @@ def command_line(args: argparse.Namespace) -> str:
         line.flag("--" + flag.replace("_", "-"), getattr(args, flag))
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
+    if args.model != "chip":
+        line.option("--model", args.model)
     return str(line.option("-o", args.output))
 
 
@@ -127,7 +133,8 @@ def _cost_source(args):
 def _params(args):
     from perf.schedule import ScheduleParams
 
-    return ScheduleParams() if args.dispatch_cycles is None else ScheduleParams(dispatch_cycles=args.dispatch_cycles)
+    params = ScheduleParams.named(args.model)
+    return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
 
 
 def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:

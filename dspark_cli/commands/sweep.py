@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from dspark_ir.fsutil import OutputDir
 
@@ -45,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-kernel costs: pypto's cost model (default) or the roofline only")
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
+    p.add_argument("--model", choices=("chip", "legacy"), default="chip",
+                   help="schedule model: chip (calibrated, default) or legacy (see `dspark ab --help`)")
     p.add_argument("-o", "--output", default="sweep-out", metavar="DIR", help="output directory (default: sweep-out)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -82,6 +85,8 @@ def command_line(args: argparse.Namespace) -> str:
     line.option("--stage", args.stage).option("--source", args.source).flag("--offline", args.offline)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
+    if args.model != "chip":
+        line.option("--model", args.model)
     return str(line.option("-o", args.output))
 
 
@@ -111,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
         if not stage:
             raise UsageError("--stage: give at least one task-name glob, e.g. 'hca.hca_*'")
     out = OutputDir(args.output)
-    params = ScheduleParams() if args.dispatch_cycles is None else ScheduleParams(dispatch_cycles=args.dispatch_cycles)
+    params = ScheduleParams.named(args.model)
+    if args.dispatch_cycles is not None:
+        params = replace(params, dispatch_cycles=args.dispatch_cycles)
     executor = None if args.source == "roofline" or args.offline else executor_from_args(args)
     runs_on = executor.describe() if executor is not None else ""
     source = RooflineCosts() if args.source == "roofline" else PyptoCosts(

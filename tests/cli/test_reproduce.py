@@ -41,6 +41,8 @@ def test_lower_command_line(argv, want):
       "--stage", "hca.*", "--dispatch-cycles", "930.0", "--workers", "3", "--no-plots", "-o", "d"],
      "dspark ab decode-hca --config flash --tp 4 --batch 16 --seq 8 --csa-context 256 --hca-context 0 --source pypto "
      "--passes cse --stage 'hca.*' --no-loo --no-aoi --no-steps --offline --pypto-program --dispatch-cycles 930 -o d"),
+    (["ab", "--model", "legacy", "-o", "d"], "dspark ab --config flash --tp 4 --batch 16 --seq 8 --csa-context 256 "
+                                             "--hca-context 0 --source pypto --model legacy -o d"),
 ])
 def test_ab_command_line(argv, want):
     assert line(ab, argv) == want

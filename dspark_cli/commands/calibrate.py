@@ -1,0 +1,80 @@
+"""Fit the chip schedule model's free constants (hop latency, block dispatch, launch floor) to the training facts.
+
+The facts (perf/calibration/facts.toml, with their sources) are the chip's HCA TP4 16x256 decode swimlane, the
+launch probes and the seed cases of the corpus (perf/cases, `[fit] corpus`); nothing else is fitted (other
+published figures are held back to validate the model). The kernel costs come from the pypto cost cache only
+(never a cold simulation: a kernel not in the cache gets its roofline estimate, flagged in the table). Writes the
+fitted constants and every fact's residual to perf/calibration/result.json (or -o FILE); `--check` refits and
+compares with that file instead. Prints the residuals and the per-task table against the swimlane, under the
+fitted chip model and the legacy one.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..common import UsageError
+
+NAME = "calibrate"
+HELP = "fit the chip schedule model to the hardware facts; per-task table vs the chip's swimlane"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--facts", default=None, metavar="FILE", help="facts file (default: perf/calibration/facts.toml)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="result file (default: perf/calibration/result.json)")
+    p.add_argument("--check", action="store_true", help="refit and compare with the result file; write nothing")
+    p.add_argument("--swimlane", action="store_true",
+                   help="only the per-task table vs the swimlane, with the committed constants (no fit)")
+    p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from perf import calibrate as cal
+    from perf.costs import PyptoCosts
+    from perf.schedule import ScheduleParams, fitted_constants
+
+    facts_path = Path(args.facts) if args.facts else cal.FACTS
+    out = Path(args.output) if args.output else cal.RESULT
+    if args.check and args.swimlane:
+        raise UsageError("--check and --swimlane exclude each other")
+    if args.check and not out.is_file():
+        raise UsageError(f"{out}: no result file to check against", "--check")
+    try:
+        facts = cal.load_facts(facts_path)
+    except cal.CalibrationError as e:
+        raise UsageError(str(e)) from None
+    source = PyptoCosts(cache=args.cost_cache, offline=True)
+    try:
+        tasks, costs = cal.swimlane_graph(facts, source)
+        if args.swimlane:
+            chip = ScheduleParams.chip(**fitted_constants(out)) if out.is_file() else ScheduleParams.chip()
+            for params in (chip, ScheduleParams()):
+                print(cal.swimlane_table(facts, tasks, costs, params)[0] + "\n")
+            return 0
+        corpus = facts["fit"].get("corpus")
+        sides = cal.corpus_sides(str(corpus), source) if corpus else []
+        fit = cal.calibrate(facts, tasks, costs, cases=sides)
+    except cal.CalibrationError as e:
+        raise UsageError(str(e)) from None
+    tables = [cal.swimlane_table(facts, tasks, costs, p) for p in (fit.params, ScheduleParams())]
+    print(f"fit: {fit.evaluations} evaluations, loss {fit.loss:.6f}, inputs {fit.digest}")
+    for k, v in fit.to_json()["constants"].items():
+        print(f"  {k} = {v['value']:g} cycles ({v['us']:g} µs)")
+    print("\n" + cal.residual_table(fit) + "\n")
+    for text, _ in tables:
+        print(text + "\n")
+    missing = sorted({t.name for t in tasks if costs[t.id].source == "roofline" and "no cached" in costs[t.id].note})
+    if missing:
+        print(f"note: not in the cost cache, roofline estimates used: {', '.join(missing)}")
+    if args.check:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            text = cal.write_result(fit, [s for _, s in tables], Path(tmp) / "result.json")
+        same = text == out.read_text()
+        print(f"check: {'identical to' if same else 'DIFFERS from'} {out}")
+        return 0 if same else 1
+    cal.write_result(fit, [s for _, s in tables], out)
+    print(f"wrote {out}")
+    return 0
