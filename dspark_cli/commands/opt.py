@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from passes import run_pipeline
 
     for module in args.plugin:
-        _load_plugin(module)
+        load_plugin(module)
     ctx = context_from_args(args)
     if args.print_pipeline:
         print(ctx.describe_pipeline(), end="")
@@ -118,7 +118,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _load_plugin(spec: str) -> None:
+def load_plugin(spec: str) -> None:
     """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
     directory, like `python -m`) or a path to a .py file."""
     import importlib.util
