@@ -78,9 +78,11 @@ class _Check:
             if e.kind not in kinds or self.args.pass_name not in (None, e.pass_name):
                 return False
             signature = (e.pass_name, e.kind)
-            if self.signature is None:
-                self.signature, self.detail = signature, e.message
-            return signature == self.signature
+            self.signature = self.signature or signature
+            if signature != self.signature:
+                return False
+            self.detail = e.message              # of the latest failing candidate: the smallest so far
+            return True
         except DsparkError:
             return False
         return False
@@ -95,8 +97,8 @@ class _Check:
             races = lint(build_task_graph(run_pipeline(g, ctx=self._context(self.args.pipeline)).graph)).races
         except DsparkError:
             return False
-        if races and not self.detail:
-            self.detail = races[0].message if hasattr(races[0], "message") else str(races[0])
+        if races:
+            self.detail = races[0].message
         return bool(races)
 
     def _regression(self, g) -> bool:

@@ -63,3 +63,15 @@ def test_reduce_says_when_nothing_fails(tmp_path):
     done = dspark("reduce", "decode-swa", "--check", "crash", "-p", "cse", "-o", "small.dsir", cwd=tmp_path)
     assert done.returncode == 2 and "nothing to reduce" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "small.dsir").exists()
+
+
+def test_reduce_a_roofline_regression(tmp_path, capsys):
+    from dspark_cli.main import main
+    from passes import default_pipeline
+
+    out = tmp_path / "small.dsir"
+    assert main(["reduce", "decode-swa", "--check", "regression", "--against", str(default_pipeline()), "-p", "",
+                 "--threshold", "1", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "still fails: regression" in text and "% slower" in text and "--check regression" in text
+    assert len(parse_file(str(out)).entry) <= 3
