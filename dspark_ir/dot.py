@@ -1,9 +1,10 @@
 """DOT export and SVG rendering of a graph: one cluster per block, changes of a pass highlighted.
 
-Every node is drawn inside the cluster of its block (the `block.` prefix of its provenance name), parameters
-inside the cluster of their readers when those share one block, so a layer's blocks stack into a page rather than
-one 6,000-point-wide rank. Labels are short (name, op, result types, a wrapped attribute line); the full
-attributes and edge types are in the SVG tooltips.
+Every node is drawn inside the cluster of its block (the `block.` prefix of its provenance name). Parameters are
+nodes in small graphs (inside the cluster of their readers when those share one block); in larger ones a node's
+label names the parameters it reads ("reads %w, %x"): a layer's ~30 parameters as nodes doubled its width.
+Labels are short (name, op, result types, a wrapped attribute line); the full attributes and edge types are in
+the SVG tooltips.
 
 Graphviz 2.43 aborts on clustered graphs with the classic ranking ("trouble in init_rank") and loses edges
 between clusters ("lost ... edge") when spline routing fails: `newrank=true` and polyline edges avoid both. The
@@ -26,6 +27,7 @@ CORE_COLORS = {"cube": "#cfe2ff", "vector": "#d1e7dd", "mix": "#fff3cd", "none":
 ADDED, MODIFIED, REMOVED = "#198754", "#d63384", "#6c757d"      # border colours of the highlighted nodes
 ATTR_WIDTH = 44                                                   # characters per attribute line in a label
 ATTR_LINES = 2
+PARAM_NODES_UP_TO = 20        # graphs of more nodes name the parameters a node reads in its label, not as nodes
 
 
 class RenderError(DsparkError):
@@ -66,14 +68,18 @@ def to_dot(g: Graph, changes: Changes | None = None, *, clusters: bool = True) -
         for v in node.operands:
             if v.producer is None:
                 readers.setdefault(v.name, set()).add(node.block)
+    drawn = {p.name for p in g.params} if len(g) <= PARAM_NODES_UP_TO else {v.name for v in g.returns}
     for p in g.params:
+        if p.name not in drawn:
+            continue
         blocks = readers.get(p.name, set())
         block = next(iter(blocks)) if len(blocks) == 1 else ""
         label = _label([f"%{p.name}", f"{p.type}{' inout' if p.inout else ''}"])
         groups.setdefault(block, []).append(
             f'{ident("%" + p.name)} [label={label}, shape=note, fillcolor="#ffffff", fontsize=8]')
     for node in g.topo_order():
-        groups.setdefault(node.block, []).append(f"{ident(node.name)} [{_node_attrs(node, changes)}]")
+        params = [v.name for v in node.operands if v.producer is None and v.name not in drawn]
+        groups.setdefault(node.block, []).append(f"{ident(node.name)} [{_node_attrs(node, changes, params)}]")
     ghost_edges = []
     for ghost in changes.removed:
         key = "-" + ghost.name
@@ -103,8 +109,12 @@ def to_dot(g: Graph, changes: Changes | None = None, *, clusters: bool = True) -
             lines += [s + ";" for s in stmts]
     for node in g.topo_order():
         for v in node.operands:
+            if v.producer is None and v.name not in drawn:
+                continue                                    # named in the reader's label instead
             lines.append(f"{source(v)} -> {ident(node.name)} [tooltip={_q(f'%{v.name}: {v.type}')}];")
         for v in node.deps:
+            if v.producer is None and v.name not in drawn:
+                continue
             lines.append(f'{source(v)} -> {ident(node.name)} [style=dashed, color="#c0392b", tooltip="dep"];')
     lines += [e + ";" for e in ghost_edges]
     ret = ident("return")
@@ -125,8 +135,10 @@ def _tooltip(node: Node) -> str:
     return f"{node.name} = {node.op}" + (f" {format_attrs(attrs)}" if attrs else "")
 
 
-def _node_attrs(node: Node, changes: Changes) -> str:
+def _node_attrs(node: Node, changes: Changes, params: list[str]) -> str:
     lines = [_short(node), node.op + " → " + ", ".join(str(v.type) for v in node.results)]
+    if params:
+        lines += textwrap.wrap("reads " + ", ".join("%" + p for p in dict.fromkeys(params)), ATTR_WIDTH)
     attrs = ordered_attrs(node)
     if attrs:
         wrapped = textwrap.wrap(format_attrs(attrs), ATTR_WIDTH)

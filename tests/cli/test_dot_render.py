@@ -84,3 +84,12 @@ def test_readme_dump_command_writes_no_empty_file(tmp_path):
     assert all(f.stat().st_size > 0 for f in files)
     index = (d / "index.html").read_text()
     assert all(f.name in index for f in files if f.suffix == ".svg")
+
+
+@needs_graphviz
+def test_the_widest_layer_fits_a_screen_shape(tmp_path):
+    """decode-csa at flash TP1 (71 nodes) was 6,400 pt wide: parameters are named in labels, blocks clustered."""
+    svg = render(tmp_path, "decode-csa", "--config", "flash", "--tp", "1")
+    width, height = map(int, re.search(r'<svg width="(\d+)pt" height="(\d+)pt"', svg).groups())
+    assert width < 3200 and width < 2 * height, (width, height)
+    assert "reads %" in svg
