@@ -5,11 +5,12 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from dspark_ir import Graph, parse_file
 from dspark_ir.errors import DsparkError
-from dspark_ir.fsutil import write_file_atomic
+
+if TYPE_CHECKING:
+    from dspark_ir import Graph
 
 
 def add_target_arguments(p: argparse.ArgumentParser, what: str = "FILE|LAYER") -> None:
@@ -39,6 +40,23 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: $DSPARK_CACHE_DIR/perf-costs, DSPARK_CACHE_DIR defaulting to ~/.cache/dspark)")
 
 
+def add_progress_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it goes to stderr, and only when stderr is a terminal)")
+
+
+def progress_bars(args: argparse.Namespace, unit: str):
+    """A factory `total -> tqdm bar` on stderr, or None with --no-progress, when stderr is not a terminal or
+    without tqdm (an optional dependency)."""
+    if getattr(args, "no_progress", False) or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return lambda total: tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+
 def executor_from_args(args: argparse.Namespace):
     """The executor the flags of add_executor_arguments name (connects to a Dask scheduler)."""
     from perf.executors import make_executor
@@ -52,6 +70,8 @@ def executor_from_args(args: argparse.Namespace):
 
 def load_graph(args: argparse.Namespace) -> Graph:
     """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
+    from dspark_ir import parse_file
+
     target = args.target
     if target.endswith(".dsir") or Path(target).exists() or "/" in target:
         if getattr(args, "ep", None) is not None:
@@ -108,6 +128,8 @@ class CommandLine:
 
 def emit(text: str, out: str | None) -> None:
     """Print to stdout, or write atomically to `out`."""
+    from dspark_ir.fsutil import write_file_atomic
+
     if out is None or out == "-":
         sys.stdout.write(text)
         return

@@ -1,4 +1,8 @@
-"""Entry point: dispatch to one module per subcommand; turn errors into one line and exit code 2."""
+"""Entry point: dispatch to one module per subcommand; turn errors into one line and exit code 2.
+
+Start-up stays cheap (benchmarks/cli_startup.py): a command module imports only the standard library and
+dspark_cli.common at its top, everything else inside its functions, and only the chosen command's arguments are
+declared (`add_arguments`)."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +17,8 @@ from dspark_ir.errors import DsparkError
 
 from . import commands
 
+ALL = "*"
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `dspark <cmd>: error: ...`, exit 2."""
@@ -21,20 +27,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str = ALL) -> argparse.ArgumentParser:
+    """The parser; every subcommand's arguments, or only those of the subcommand `only` names."""
     parser = _Parser(prog="dspark", description="Compile DSpark decode layers: IR, passes, lowering to pypto.")
     parser.add_argument("--version", action="version", version=f"dspark {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__)
-        module.add_arguments(p)
+        if only in (ALL, module.NAME):
+            module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

@@ -14,15 +14,16 @@ import heapq
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, is_
-from typing import Any, Iterable, Iterator, Mapping, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from .dims import BinOp, Call, Const, Sym
 from .errors import ShapeError, VerifyError
 from .ops import get_op
 from .ops.base import OpDef, format_attr_value
 from .types import DType, TensorType
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 _NAME, _TYPE = attrgetter("name"), attrgetter("type")
 _WALK_LIMIT = 64       # Graph.reaches: nodes walked before it asks Graph.ancestors
@@ -488,8 +489,10 @@ class Graph:
             self._attr_keys[id(attrs)] = (attrs, names, values, key)   # holds attrs: its id stays its own
         return key
 
-    def to_networkx(self) -> nx.DiGraph:
+    def to_networkx(self) -> "nx.DiGraph":
         """Op nodes as networkx nodes (attribute `node`); edges carry `kind` = data | dep."""
+        import networkx as nx
+
         g = nx.DiGraph()
         for node in self.nodes.values():
             g.add_node(node.name, node=node, seq=node.seq)
@@ -563,6 +566,8 @@ class Graph:
         return out
 
     def _raise_cycle(self) -> None:
+        import networkx as nx
+
         cycle = nx.find_cycle(self.to_networkx())
         path = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
         raise VerifyError(f"cycle: {path}", self.nodes[cycle[0][0]].where)

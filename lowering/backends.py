@@ -36,12 +36,12 @@ def shuffled_backend(g, inputs):
     return run_shuffled(_lowered(g), inputs, int(os.environ.get("DSPARK_SHUFFLE_SEED", "0")))
 
 
-def pypto_backend(g, inputs):
+def pypto_backend(g, inputs, progress=None):
     from .pypto_exec import PyptoReport, run_pypto
 
     report = PyptoReport()
     try:
-        return run_pypto(_lowered(g), inputs, report=report)
+        return run_pypto(_lowered(g), inputs, report=report, progress=progress)
     finally:
         print("\n".join(report.describe()), file=sys.stderr)
 

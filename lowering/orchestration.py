@@ -73,8 +73,10 @@ class Orchestrator:
     def main(script: str, orchestrate: Callable[["Orchestrator"], None], argv: Sequence[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog=Path(script).name, description="Run this lowered task graph.")
         p.add_argument("--backend", choices=("numpy", "shuffled", "pypto"), default="numpy")
-        p.add_argument("--inputs", help="a .npz of graph inputs by parameter name (default: seeded random inputs)")
-        p.add_argument("--out", help="write the outputs to this .npz")
+        p.add_argument("--inputs", action="append", default=[], metavar="NPZ",
+                       help="graph inputs by parameter name: one .npz per rank (repeat it, rank order), or one .npz "
+                            "with keys 'rank<r>/<param>' (default: seeded random inputs for every rank)")
+        p.add_argument("--out", help="write the outputs to this .npz (keys 'rank<r>/<name>' on several ranks)")
         p.add_argument("--seed", type=int, default=0, help="input seed and shuffle seed (default 0)")
         args = p.parse_args(argv)
         root = Path(script).resolve().parent
@@ -84,17 +86,40 @@ class Orchestrator:
             orchestrate(o)
             if sorted(o.order) != list(range(len(tg))):
                 raise LoweringError("orchestrate() did not submit every task")
-            inputs = dict(np.load(args.inputs)) if args.inputs else random_inputs(tg, args.seed)
+            inputs = load_inputs(tg, args.inputs) if args.inputs else random_rank_inputs(tg, args.seed)
             outputs = _run(o, tg, inputs, args)
         except LoweringError as e:
             print(f"{Path(script).name}: {e}", file=sys.stderr)
             return 2
+        per_rank = {"": outputs} if isinstance(outputs, dict) else {f"rank{r}/": out for r, out in enumerate(outputs)}
+        flat = {prefix + name: value for prefix, out in per_rank.items() for name, value in out.items()}
         if args.out:
-            np.savez(args.out, **{k: v for k, v in outputs.items()})
-        for name, value in outputs.items():
+            np.savez(args.out, **flat)
+        for name, value in flat.items():
             finite = np.asarray(value, dtype=np.float64)
             print(f"{name:<28} {value.dtype}{list(value.shape)} sum={np.nansum(finite):.6g}")
         return 0
+
+
+def load_inputs(tg: TaskGraph, paths: Sequence[str]) -> dict | list[dict]:
+    """The --inputs files: one per rank, or one file with 'rank<r>/' keys on a multi-rank graph."""
+    files = [dict(np.load(path)) for path in paths]
+    if tg.ranks == 1 and len(files) == 1:
+        return files[0]
+    if len(files) == 1 and any("/" in k for k in files[0]):
+        files = [{k.split("/", 1)[1]: v for k, v in files[0].items() if k.startswith(f"rank{r}/")}
+                 for r in range(tg.ranks)]
+    if len(files) != tg.ranks:
+        raise LoweringError(f"the task graph runs on {tg.ranks} ranks: give --inputs once per rank, or one .npz with "
+                            f"'rank<r>/<param>' keys (got {len(paths)} file(s))")
+    return files if tg.ranks > 1 else files[0]
+
+
+def random_rank_inputs(tg: TaskGraph, seed: int = 0) -> dict | list[dict]:
+    """random_inputs for every rank the task graph runs on (rank r draws from seed + r)."""
+    if tg.ranks == 1:
+        return random_inputs(tg, seed)
+    return [random_inputs(tg, seed + r) for r in range(tg.ranks)]
 
 
 def _run(o: Orchestrator, tg: TaskGraph, inputs: dict, args: argparse.Namespace) -> dict:

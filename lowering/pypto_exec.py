@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -248,13 +248,15 @@ def runs_on_pypto(task: Task, tg: TaskGraph) -> bool:
 
 def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, timeout: float = 300.0,
               runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS, report: PyptoReport | None = None,
-              mode: str = "full", sources: Mapping[int, str] | None = None):
+              mode: str = "full", sources: Mapping[int, str] | None = None,
+              progress: Callable[[int], Any] | None = None):
     """Execute the task graph with every kernel that has a pypto form running in pypto 0.2.0 (module doc).
 
     Returns the outputs like `run_numpy`; details (per-task errors, cycles, what ran on numpy and why) go
     to `report`. `sources` (task id → kernel module text) replaces the templates' rendering of the tasks
     that use their family's template, e.g. the emitted files. `strict`: a local task without a pypto
     template is an error instead of a numpy fallback. The harness workers persist across the waves.
+    `progress(total)` makes a tqdm-like bar (update, close), advanced by each wave's tasks.
     """
     from kernels.pypto_rt import WorkerPool
 
@@ -264,6 +266,7 @@ def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, 
     mems, single = rank_memories(tg, inputs)
     pending: list[tuple[TaskRun, Any]] = []  # (run, result): verify rows come when the workers exit
     pool = WorkerPool(workers, timeout)
+    bar = progress(len(tg.tasks)) if progress is not None else None
     try:
         for wave in _waves(tg):
             report.waves += 1
@@ -280,7 +283,11 @@ def run_pypto(tg: TaskGraph, inputs, *, strict: bool = False, workers: int = 2, 
                 report.runs.append(TaskRun(t.id, t.name, backend, op=t.op, why=why))
             if on_pypto:
                 _run_wave(tg, on_pypto, mems, pool, mode, runtime_symbols, sources or {}, report, pending)
+            if bar is not None:
+                bar.update(len(wave))
     finally:
+        if bar is not None:
+            bar.close()
         try:
             pool.close()
         finally:
@@ -348,18 +355,30 @@ def _max_err(outputs: Mapping[str, np.ndarray], goldens: Mapping[str, np.ndarray
 
 
 def check_kernels(tg: TaskGraph, mode: str = "compile", *, tasks: Sequence[int] | None = None,
-                  workers: int = 2, timeout: float = 300.0,
-                  runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS) -> list[TaskRun]:
+                  workers: int = 2, timeout: float = 300.0, runtime_symbols: Iterable[str] = RUNTIME_SYMBOLS,
+                  progress: Callable[[int], Any] | None = None) -> list[TaskRun]:
     """Compile (`compile`) or simulate (`sim`, cycles) every kernel the pypto executor runs in pypto
     (`placement`: templates, local parts of collectives, one-rank forms); inputs are zeros.
 
-    The results also fill each task's `cycles` / `pypto_tasks` (sim mode)."""
-    from kernels.pypto_rt import run_jobs
+    The results also fill each task's `cycles` / `pypto_tasks` (sim mode). With `progress(total)` (a tqdm-like bar:
+    update, close) the jobs go to the workers in batches of `workers` and the bar advances per batch."""
+    from kernels.pypto_rt import WorkerPool, run_jobs
 
     chosen = [tg.tasks[i] for i in tasks] if tasks is not None else list(tg.tasks)
     todo = [t for t in chosen if runs_on_pypto(t, tg)]
     jobs = [zeros_job(t, tg, mode, runtime_symbols) for t in todo]
-    results = run_jobs(jobs, timeout, workers=min(workers, max(1, len(jobs)))) if jobs else []
+    workers = min(workers, max(1, len(jobs)))
+    if progress is None or not jobs:
+        results = run_jobs(jobs, timeout, workers=workers) if jobs else []
+    else:
+        results, bar = [], progress(len(jobs))
+        try:
+            with WorkerPool(workers, timeout) as pool:
+                for i in range(0, len(jobs), workers):
+                    results += pool.run(jobs[i:i + workers])
+                    bar.update(len(jobs[i:i + workers]))
+        finally:
+            bar.close()
     runs = []
     for t, res in zip(todo, results):
         runs.append(TaskRun(t.id, t.name, PYPTO, res.ok, res.cycles, res.tasks, res.wall_s, error=res.error or "",

@@ -9,16 +9,21 @@ the manager and its instruments (verify, round trip, numeric contracts, timing, 
 """
 from __future__ import annotations
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
-from .infra.bisect import BisectResult, bisect_pipeline
-from .infra.context import PassContext
-from .infra.contracts import BITWISE, EXACT_INDICES, Contract, approx, bounded_reassoc, exact_indices
-from .infra.defaults import DEFAULT_PIPELINE
-from .infra.errors import PassError, PipelineError
-from .infra.manager import OptResult, PassManager, PassRun, run_pipeline
-from .infra.pipeline import Pipeline, format_pass, parse_entries, parse_pipeline
-from .infra.properties import register_property
-from .infra.registry import get_pass, registered_names, summary
+import importlib
+
+_HOME = {
+    **dict.fromkeys(["Pass", "RewriteRecord", "Skip", "register_pass"], "infra.base"),
+    **dict.fromkeys(["BisectResult", "bisect_pipeline"], "infra.bisect"),
+    **dict.fromkeys(["PassContext"], "infra.context"),
+    **dict.fromkeys(["BITWISE", "EXACT_INDICES", "Contract", "approx", "bounded_reassoc", "exact_indices"],
+        "infra.contracts"),
+    **dict.fromkeys(["DEFAULT_PIPELINE"], "infra.defaults"),
+    **dict.fromkeys(["PassError", "PipelineError"], "infra.errors"),
+    **dict.fromkeys(["OptResult", "PassManager", "PassRun", "run_pipeline"], "infra.manager"),
+    **dict.fromkeys(["Pipeline", "format_pass", "parse_entries", "parse_pipeline"], "infra.pipeline"),
+    **dict.fromkeys(["register_property"], "infra.properties"),
+    **dict.fromkeys(["get_pass", "registered_names", "summary"], "infra.registry"),
+}
 
 __all__ = [
     "Pass", "RewriteRecord", "Skip", "register_pass", "BisectResult", "bisect_pipeline", "PassContext",
@@ -29,6 +34,17 @@ __all__ = [
 ]
 
 
-def default_pipeline() -> Pipeline:
+def __getattr__(name: str):
+    """The public names load their module on first use: listing passes imports no pass machinery."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'passes' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def default_pipeline() -> "Pipeline":  # noqa: F821 (a lazy name, see __getattr__)
     """The default pipeline with its default-off entries off and no toggles applied."""
+    from .infra.context import PassContext
+
     return PassContext(use_env=False).effective_pipeline()

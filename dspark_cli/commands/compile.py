@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from dspark_ir import print_graph
 from dspark_ir.fsutil import AtomicOutputDir
 
-from ..common import CommandLine, add_target_arguments, load_graph
+from ..common import CommandLine, add_progress_argument, add_target_arguments, load_graph, progress_bars
 
 NAME = "compile"
 HELP = "default pipeline + dumps + lowering + report, into one directory"
@@ -30,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="check every pass's numeric contract on seeded inputs (default: on for the tiny config)")
     p.add_argument("--cycles", action="store_true",
                    help="simulate every templated kernel in pypto and record cost-model cycles")
+    add_progress_argument(p)
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
+    from dspark_ir import print_graph
     from lowering import compile
     from lowering.emit import emit
     from passes import PassContext
@@ -61,7 +62,7 @@ def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     if args.cycles:
         from lowering.pypto_exec import check_kernels
 
-        checks["sim"] = check_kernels(c.tg, "sim")
+        checks["sim"] = check_kernels(c.tg, "sim", progress=progress_bars(args, "kernel"))
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
              "pipeline": str(c.passes.pipeline), "pipeline_key": c.pipeline_key,
              "checks": {m: [r.to_json() for r in runs] for m, runs in checks.items()}}

@@ -1,12 +1,11 @@
-"""Export a graph as Graphviz DOT (and SVG when graphviz is installed and -o ends in .svg)."""
+"""Export a graph as Graphviz DOT, or as SVG when -o ends in .svg (clustered by block; needs graphviz's `dot`).
+
+An SVG graphviz cannot lay out is an error of one line naming graphviz's version and message; nothing is written."""
 from __future__ import annotations
 
 import argparse
 
-from dspark_ir import verify
-from dspark_ir.dot import dot_to_svg, to_dot
-
-from ..common import UsageError, add_target_arguments, emit, load_graph
+from ..common import add_target_arguments, emit, load_graph
 
 NAME = "dot"
 HELP = "export a graph as DOT/SVG"
@@ -18,13 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir import verify
+    from dspark_ir.dot import render_svg, to_dot
+
     g = load_graph(args)
     verify(g)
-    text = to_dot(g)
-    if args.output and args.output.endswith(".svg"):
-        svg = dot_to_svg(text)
-        if svg is None:
-            raise UsageError("SVG needs graphviz's `dot` on PATH (apt-get install graphviz); use -o FILE.dot")
-        text = svg
-    emit(text, args.output)
+    emit(render_svg(g) if args.output and args.output.endswith(".svg") else to_dot(g), args.output)
     return 0

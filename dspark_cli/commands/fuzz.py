@@ -9,7 +9,6 @@ import argparse
 import hashlib
 
 from dspark_ir.fsutil import OutputDir
-from dspark_ir.fuzzing import run_fuzz
 
 NAME = "fuzz"
 HELP = "fuzz the parser and verifier"
@@ -23,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir.fuzzing import run_fuzz
+
     result = run_fuzz(args.seed, args.count, args.budget)
     print(f"fuzz: {result.inputs} inputs in {result.seconds:.1f}s: {result.parsed} verified, "
           f"{result.rejected} rejected with a located error, {len(result.crashes)} crashes")

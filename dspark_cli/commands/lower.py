@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import CommandLine, add_target_arguments, load_graph
+from ..common import CommandLine, add_progress_argument, add_target_arguments, load_graph, progress_bars
 
 NAME = "lower"
 HELP = "lower a graph to pypto kernels + orchestration (tasks.json, tasks.dot)"
@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=int, default=None,
                    help="expert-parallel ranks of the moe layer (default: the config's); at EP1 the MoE collectives "
                         "lower to their one-rank pypto forms")
+    add_progress_argument(p)
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     checks = {}
     for mode, wanted in (("compile", args.compile), ("sim", args.cycles)):
         if wanted:
-            checks[mode] = _check(c.tg, mode, args.workers, runtime)
+            checks[mode] = _check(c.tg, mode, args.workers, runtime, progress_bars(args, "kernel"))
     g, tg = c.graph, c.tg
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
              "pipeline": args.pipeline, "pipeline_key": c.pipeline_key,
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _check(tg, mode: str, workers: int, runtime):
+def _check(tg, mode: str, workers: int, runtime, progress):
     from lowering.pypto_exec import check_kernels
 
-    return check_kernels(tg, mode, workers=workers, runtime_symbols=runtime)
+    return check_kernels(tg, mode, workers=workers, runtime_symbols=runtime, progress=progress)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from dspark_ir.text.printer import print_graph
-
 from ..common import UsageError, add_layer_arguments, emit, load_graph
 
 NAME = "opt"
@@ -87,10 +85,11 @@ def context_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir.text.printer import print_graph
     from passes import run_pipeline
 
     for module in args.plugin:
-        _load_plugin(module)
+        load_plugin(module)
     ctx = context_from_args(args)
     if args.print_pipeline:
         print(ctx.describe_pipeline(), end="")
@@ -98,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.target:
         raise UsageError("give a FILE or LAYER to optimise (or --print-pipeline)")
     result = run_pipeline(load_graph(args), ctx=ctx)
-    header = [f"dspark opt -p {_quote(str(result.pipeline))} · cache key {result.cache_key}"]
+    limit = "" if result.rewrite_limit is None else f" --bisect-limit {result.rewrite_limit} --bisect-rewrites"
+    header = [f"dspark opt -p {_quote(str(result.pipeline))}{limit} · cache key {result.cache_key}"]
     emit(print_graph(result.graph, header), args.output)
     return 0
 
@@ -118,7 +118,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _load_plugin(spec: str) -> None:
+def load_plugin(spec: str) -> None:
     """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
     directory, like `python -m`) or a path to a .py file."""
     import importlib.util

@@ -16,34 +16,39 @@ import argparse
 import importlib
 from typing import Any, Callable
 
-from ..common import UsageError, add_target_arguments, load_graph
+from ..common import UsageError, add_progress_argument, add_target_arguments, load_graph, progress_bars
 
 NAME = "run"
 HELP = "run a layer against its golden and report errors"
 
 # Backend name → "module:function" or a callable fn(graph, inputs) -> result, where inputs and result have the
 # interpreter's form (a dict, or a list of dicts per rank). Extend this dict to add executors.
-BACKENDS: dict[str, str | Callable[..., Any]] = {
-    "numpy": "dspark_ir.interp:run",
-}
-BACKENDS.update(importlib.import_module("lowering.backends").BACKENDS)  # task-graph executors (lowering/)
+# The task-graph executors of lowering/ join when the run command is chosen (backends()); an entry set here first wins.
+BACKENDS: dict[str, str | Callable[..., Any]] = {}
+
+
+def backends() -> dict[str, str | Callable[..., Any]]:
+    for name, fn in importlib.import_module("lowering.backends").BACKENDS.items():
+        BACKENDS.setdefault(name, fn)
+    return BACKENDS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p, "LAYER|FILE")
     p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
     p.add_argument("--regime", default="default", help="input regime (default: default; see goldens/inputs.py)")
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="numpy",
+    p.add_argument("--backend", choices=sorted(backends()), default="numpy",
                    help="executor: numpy = the reference interpreter (default)")
     p.add_argument("-p", "--pipeline", default=None,
                    help="pass pipeline to run first: 'default' = the default pipeline, a pipeline string "
                         "(passes syntax), or 'none' (also: omitted) = no passes")
     p.add_argument("--ep", type=int, default=None,
                    help="expert-parallel ranks of the moe layer (default: the config's)")
+    add_progress_argument(p)
 
 
 def backend(name: str) -> Callable[..., Any]:
-    fn = BACKENDS[name]
+    fn = backends()[name]
     if isinstance(fn, str):
         module, _, attr = fn.partition(":")
         fn = getattr(importlib.import_module(module), attr)
@@ -63,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     golden = runner.golden_outputs(g, inputs)
     pipeline = _pipeline_name(args.pipeline)
     g = _apply_pipeline(g, pipeline)
-    result = backend(args.backend)(g, inputs)
+    bars = progress_bars(args, "task") if args.backend == "pypto" else None    # the one backend over 10 s
+    result = backend(args.backend)(g, inputs, **({"progress": bars} if bars else {}))
     a = g.attributes
     ep = f" · ep {a['ep']}" if "ep" in a else ""
     piped = f" · pipeline {pipeline}" if pipeline else ""

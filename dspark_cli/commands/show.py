@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from dspark_ir import print_graph, verify
-
 from ..common import add_target_arguments, emit, load_graph
 
 NAME = "show"
@@ -17,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir import print_graph, verify
+
     g = load_graph(args)
     verify(g)
     emit(print_graph(g, header=header(g)), args.output)

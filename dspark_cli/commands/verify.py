@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from dspark_ir import parse_file, verify
-
 NAME = "verify"
 HELP = "verify .dsir files"
 
@@ -15,6 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir import parse_file, verify
+
     for path in args.files:
         module = parse_file(path)
         for g in module.graphs:

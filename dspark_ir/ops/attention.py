@@ -8,9 +8,8 @@ bits. `rope_cs` (6c) is a `rope_tables` node.
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import attention as attention_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_rank, expect_same_dim, register_op
+from .base import REQUIRED, Attr, OpDef, expect, expect_rank, expect_same_dim, numpy_reference, register_op
 
 F32, BF16, I32 = DType.fp32, DType.bf16, DType.i32
 
@@ -34,7 +33,7 @@ class SwaCacheInsertValidBias(_AttnOp):
     results = ("kv_cache", "bias")
     aliases = {0: 1}
     attrs = {"window": Attr("int", REQUIRED)}
-    reference = staticmethod(attention_sem.swa_cache_insert_valid_bias)
+    reference = numpy_reference("attention", "swa_cache_insert_valid_bias")
 
     def infer(self, ins, attrs):
         kv, cache, slots, lens = ins
@@ -59,7 +58,7 @@ class SwaCacheWriteback(_AttnOp):
     name = "swa_cache_writeback"
     operands = ("kv", "kv_cache", "slot_mapping")
     aliases = {0: 1}
-    reference = staticmethod(attention_sem.swa_cache_writeback)
+    reference = numpy_reference("attention", "swa_cache_writeback")
 
     def infer(self, ins, attrs):
         kv, cache, slots = ins
@@ -81,7 +80,7 @@ class SwaValidBias(_AttnOp):
     name = "swa_valid_bias"
     operands = ("lens",)
     attrs = {"window": Attr("int", REQUIRED)}
-    reference = staticmethod(attention_sem.swa_valid_bias)
+    reference = numpy_reference("attention", "swa_valid_bias")
 
     def infer(self, ins, attrs):
         lens = ins[0]
@@ -99,7 +98,7 @@ class SwaGatherKv(_AttnOp):
     """rows[t, j] = kv_cache[indices[t, j]] (−1 → zeros) → [T, W, head_dim] (swa_gather_kv)."""
     name = "swa_gather_kv"
     operands = ("kv_cache", "indices")
-    reference = staticmethod(attention_sem.swa_gather_kv)
+    reference = numpy_reference("attention", "swa_gather_kv")
 
     def infer(self, ins, attrs):
         cache, idx = ins
@@ -121,7 +120,7 @@ class QkPv(_AttnOp):
     results = ("m", "l", "o")
     attrs = {"scale": Attr("float", REQUIRED), "k_tile": Attr("int", REQUIRED)}
     core = "mix"
-    reference = staticmethod(attention_sem.qk_pv)
+    reference = numpy_reference("attention", "qk_pv")
 
     def infer(self, ins, attrs):
         q, rows, bias, idx = ins
@@ -151,7 +150,7 @@ class MergeNorm(_AttnOp):
     name = "merge_norm"
     operands = ("m", "l", "o", "sink", "cos_il", "sin_signed")
     attrs = {"o_groups": Attr("int", REQUIRED)}
-    reference = staticmethod(attention_sem.merge_norm)
+    reference = numpy_reference("attention", "merge_norm")
 
     def infer(self, ins, attrs):
         m, l, o, sink, cos, sin = ins

@@ -3,7 +3,8 @@
 An op declares its operands, results, typed attributes with defaults, the core kind it runs on,
 which results alias which operands (in-place buffer updates), what a node of it becomes in the task graph
 (`lowers_to`), a shape/dtype rule, and the numpy function that defines its meaning
-(`reference = staticmethod(<family>_sem.<fn>)`, from dspark_ir/semantics).
+(`reference = numpy_reference("<family>", "<fn>")`: dspark_ir/semantics/<family>.py, imported on first use, so
+checking shapes and verifying graphs never loads numpy).
 
 The op class is the key every later stage registers its facts against (view rules in lowering/build.py,
 roofline rules in perf/roofline.py, ...): keyed by the class, not by its `name` string, a renamed class fails
@@ -11,6 +12,7 @@ at import and a renamed `name` needs no other change.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -246,6 +248,18 @@ class OpDef:
         """`module:function` of the numpy reference ("" without one), as reports and generated headers show it."""
         fn = cls.reference
         return f"{fn.__module__}:{fn.__qualname__}" if fn is not None else ""
+
+
+class numpy_reference:
+    """`reference = numpy_reference("elementwise", "add")` in an OpDef: the function `add` of
+    dspark_ir/semantics/elementwise.py, imported when first read."""
+
+    def __init__(self, family: str, function: str):
+        self.family, self.function = family, function
+
+    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., Any]:
+        return getattr(importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.semantics.{self.family}"),
+                       self.function)
 
 
 OP_REGISTRY: dict[str, type[OpDef]] = {}

@@ -19,9 +19,8 @@ signal window of the TP credit barrier (§5) is implicit in them.
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import collective as collective_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, register_op
+from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, numpy_reference, register_op
 
 
 def exact_div(d: D.Dim, k: int) -> D.Dim:
@@ -50,7 +49,7 @@ class OGroupA2A(_CollectiveOp):
     name = "o_group_a2a"
     operands = ("packed",)
     attrs = {"tp": Attr("int", REQUIRED), "t_pad": Attr("int", 1)}
-    reference = staticmethod(collective_sem.o_group_a2a)
+    reference = numpy_reference("collective", "o_group_a2a")
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -71,7 +70,7 @@ class WindowCopyOut(_CollectiveOp):
     name = "window_copy_out"
     operands = ("window",)
     attrs = {"axis": Attr("int", REQUIRED), "rows": Attr("dim", REQUIRED)}
-    reference = staticmethod(collective_sem.window_copy_out)
+    reference = numpy_reference("collective", "window_copy_out")
 
     def infer(self, ins, attrs):
         w, axis, rows = ins[0], attrs["axis"], attrs["rows"]
@@ -91,7 +90,7 @@ class TpOReduceScatter(_CollectiveOp):
     name = "tp_o_reduce_scatter"
     operands = ("partial",)
     attrs = {"tp": Attr("int", REQUIRED), "out": Attr("dtype", "bf16")}
-    reference = staticmethod(collective_sem.tp_o_reduce_scatter)
+    reference = numpy_reference("collective", "tp_o_reduce_scatter")
 
     def infer(self, ins, attrs):
         p = ins[0]

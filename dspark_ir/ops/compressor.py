@@ -10,9 +10,18 @@ HD = idx_head_dim) and the HCA (r = R, no overlap) compressors; the node names c
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import compressor as compressor_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32
 FLOATS = (BF16, DType.fp16, F32)
@@ -72,7 +81,7 @@ class RopeGatherRows(_CmpOp):
         "batch": Attr("dim", REQUIRED, doc="requests B (= T / seq)"),
     }
     core = "vector"
-    reference = staticmethod(compressor_sem.rope_gather_rows)
+    reference = numpy_reference("compressor", "rope_gather_rows")
 
     def infer(self, ins, attrs):
         cos, sin, pos = ins
@@ -97,7 +106,7 @@ class RopeInterleave(_CmpOp):
     name = "rope_interleave"
     operands = ("cos", "sin")
     results = ("cos_il", "sin_signed")
-    reference = staticmethod(compressor_sem.rope_interleave)
+    reference = numpy_reference("compressor", "rope_interleave")
 
     def infer(self, ins, attrs):
         cos, sin = ins
@@ -115,7 +124,7 @@ class RopeSwapIdx(_CmpOp):
     name = "rope_swap_idx"
     operands = ()
     attrs = {"rope_dim": Attr("int", REQUIRED)}
-    reference = staticmethod(compressor_sem.rope_swap_idx)
+    reference = numpy_reference("compressor", "rope_swap_idx")
 
     def infer(self, ins, attrs):
         rd = attrs["rope_dim"]
@@ -131,7 +140,7 @@ class CmpKvScoreProj(_CmpOp):
     operands = ("x", "wkv", "wgate")
     results = ("kv", "score")
     core = "cube"
-    reference = staticmethod(compressor_sem.cmp_kv_score_proj)
+    reference = numpy_reference("compressor", "cmp_kv_score_proj")
 
     def infer(self, ins, attrs):
         x, wkv, wgate = ins
@@ -166,7 +175,7 @@ class CmpScatterSoftmaxPool(_CmpOp):
         "block_size": Attr("int", REQUIRED),
         "seq": Attr("int", REQUIRED),
     }
-    reference = staticmethod(compressor_sem.cmp_scatter_softmax_pool)
+    reference = numpy_reference("compressor", "cmp_scatter_softmax_pool")
 
     def infer(self, ins, attrs):
         kv, score, ape, state, table, pos = ins
@@ -206,7 +215,7 @@ class CmpRmsnormRope(_CmpOp):
     name = "cmp_rmsnorm_rope"
     operands = ("pooled", "norm_w", "cos_il", "sin_signed")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(compressor_sem.cmp_rmsnorm_rope)
+    reference = numpy_reference("compressor", "cmp_rmsnorm_rope")
 
     def infer(self, ins, attrs):
         _finish_operands(*ins)
@@ -224,7 +233,7 @@ class CmpRmsnormRopeCacheWrite(_CmpOp):
     operands = ("pooled", "norm_w", "cos_il", "sin_signed", "cmp_kv", "slot_mapping", "positions")
     aliases = {0: 4}
     attrs = {"ratio": Attr("int", REQUIRED), "seq": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
-    reference = staticmethod(compressor_sem.cmp_rmsnorm_rope_cache_write)
+    reference = numpy_reference("compressor", "cmp_rmsnorm_rope_cache_write")
 
     def infer(self, ins, attrs):
         pooled, norm_w, cos, sin, cache, slots, pos = ins
@@ -247,7 +256,7 @@ class CmpKvHadamard(_CmpOp):
     name = "cmp_kv_hadamard"
     operands = ("y", "hadamard")
     core = "cube"
-    reference = staticmethod(compressor_sem.cmp_kv_hadamard)
+    reference = numpy_reference("compressor", "cmp_kv_hadamard")
 
     def infer(self, ins, attrs):
         y, h = ins
@@ -270,7 +279,7 @@ class IdxKvCacheWrite(_CmpOp):
     results = ("idx_kv_cache", "idx_kv_scale")
     aliases = {0: 1, 1: 2}
     attrs = {"ratio": Attr("int", REQUIRED), "seq": Attr("int", REQUIRED)}
-    reference = staticmethod(compressor_sem.idx_kv_cache_write)
+    reference = numpy_reference("compressor", "idx_kv_cache_write")
 
     def infer(self, ins, attrs):
         k, cache, scale, slots, pos = ins

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import elementwise as elementwise_sem
-from ..semantics import matmul as matmul_sem
-from ..semantics import norm as norm_sem
-from ..semantics import rope as rope_sem
 from ..types import TOKEN, DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 
 FLOATS = (DType.bf16, DType.fp16, DType.fp32)
 
@@ -26,7 +32,7 @@ class Join(OpDef):
     operands = ("*ins",)
     core = "none"
     lowers_to = "dummy"
-    reference = staticmethod(elementwise_sem.join)
+    reference = numpy_reference("elementwise", "join")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -38,7 +44,7 @@ class Cast(OpDef):
     name = "cast"
     operands = ("x",)
     attrs = {"to": Attr("dtype", REQUIRED), "mode": Attr("enum", "rint", choices=("rint", "trunc"))}
-    reference = staticmethod(elementwise_sem.cast)
+    reference = numpy_reference("elementwise", "cast")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -59,13 +65,13 @@ class _Binary(OpDef):
 @register_op
 class Add(_Binary):
     name = "add"
-    reference = staticmethod(elementwise_sem.add)
+    reference = numpy_reference("elementwise", "add")
 
 
 @register_op
 class Mul(_Binary):
     name = "mul"
-    reference = staticmethod(elementwise_sem.mul)
+    reference = numpy_reference("elementwise", "mul")
 
 
 @register_op
@@ -75,7 +81,7 @@ class Reshape(OpDef):
     attrs = {"shape": Attr("dims", REQUIRED)}
     core = "none"
     lowers_to = "view"
-    reference = staticmethod(elementwise_sem.reshape)
+    reference = numpy_reference("elementwise", "reshape")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -94,7 +100,7 @@ class Slice(OpDef):
     attrs = {"axis": Attr("int", REQUIRED), "start": Attr("dim", REQUIRED), "size": Attr("dim", REQUIRED)}
     core = "none"
     lowers_to = "view"
-    reference = staticmethod(elementwise_sem.slice_)
+    reference = numpy_reference("elementwise", "slice_")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -116,7 +122,7 @@ class Concat(OpDef):
     attrs = {"axis": Attr("int", REQUIRED)}
     core = "none"
     lowers_to = "placement"
-    reference = staticmethod(elementwise_sem.concat)
+    reference = numpy_reference("elementwise", "concat")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -142,7 +148,7 @@ class Zeros(OpDef):
     operands = ()
     attrs = {"shape": Attr("dims", REQUIRED), "dtype": Attr("dtype", "f32")}
     allocates = True
-    reference = staticmethod(elementwise_sem.zeros)
+    reference = numpy_reference("elementwise", "zeros")
     family = "elementwise"
 
     def infer(self, ins, attrs):
@@ -169,7 +175,7 @@ class Matmul(OpDef):
         "m_split": Attr("int", 1),
     }
     core = "cube"
-    reference = staticmethod(matmul_sem.matmul)
+    reference = numpy_reference("matmul", "matmul")
     family = "matmul"
 
     def infer(self, ins, attrs):
@@ -207,7 +213,7 @@ class RmsNorm(OpDef):
     name = "rmsnorm"
     operands = ("x", "w")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(norm_sem.rmsnorm)
+    reference = numpy_reference("norm", "rmsnorm")
     family = "norm"
 
     def infer(self, ins, attrs):
@@ -228,7 +234,7 @@ class Rope(OpDef):
     name = "rope"
     operands = ("x", "cos", "sin")
     attrs = {"rope_dim": Attr("int", REQUIRED), "inverse": Attr("bool", False), "out": Attr("dtype", "bf16")}
-    reference = staticmethod(rope_sem.rope)
+    reference = numpy_reference("rope", "rope")
     family = "rope"
 
     def infer(self, ins, attrs):

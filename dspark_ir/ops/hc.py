@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import hc as hc_sem
 from ..types import DType, TensorType
-from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, numpy_reference, register_op
 
 F32 = DType.fp32
 
@@ -40,7 +39,7 @@ class HcPreRms(_HcOp):
     name = "hc_pre_rms"
     operands = ("x_hc",)
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(hc_sem.hc_pre_rms)
+    reference = numpy_reference("hc", "hc_pre_rms")
 
     def infer(self, ins, attrs):
         _x_hc(ins[0])
@@ -66,7 +65,7 @@ class HcPreLinear(_HcOp):
         "k_split": Attr("int", 1),
     }
     core = "cube"
-    reference = staticmethod(hc_sem.hc_pre_linear)
+    reference = numpy_reference("hc", "hc_pre_linear")
 
     def infer(self, ins, attrs):
         x, fn, *acc = ins
@@ -99,7 +98,7 @@ class HcPreLinearReduce(_HcOp):
     name = "hc_pre_linear_reduce"
     operands = ("partials",)
     attrs = {"k_split": Attr("int", 1)}
-    reference = staticmethod(hc_sem.hc_pre_linear_reduce)
+    reference = numpy_reference("hc", "hc_pre_linear_reduce")
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -121,7 +120,7 @@ class SplitPrePost(_HcOp):
     operands = ("mixes", "inv_rms", "hc_scale", "hc_base")
     results = ("pre", "post")
     attrs = {"hc_mult": Attr("int", 4), "eps": Attr("float", 1e-6)}
-    reference = staticmethod(hc_sem.split_pre_post)
+    reference = numpy_reference("hc", "split_pre_post")
 
     def infer(self, ins, attrs):
         mixes = _mix_operands(ins)
@@ -141,7 +140,7 @@ class CombSinkhorn(_HcOp):
     name = "comb_sinkhorn"
     operands = ("mixes", "inv_rms", "hc_scale", "hc_base")
     attrs = {"hc_mult": Attr("int", 4), "iters": Attr("int", 20), "eps": Attr("float", 1e-6)}
-    reference = staticmethod(hc_sem.comb_sinkhorn)
+    reference = numpy_reference("hc", "comb_sinkhorn")
 
     def infer(self, ins, attrs):
         mixes = _mix_operands(ins)
@@ -160,7 +159,7 @@ class MixX(_HcOp):
     """x_mixed = rb((x0·p0 + x1·p1) + (x2·p2 + x3·p3)) → bf16[T, D] (stage mix_x)."""
     name = "mix_x"
     operands = ("x_hc", "pre")
-    reference = staticmethod(hc_sem.mix_x)
+    reference = numpy_reference("hc", "mix_x")
 
     def infer(self, ins, attrs):
         x, pre = ins
@@ -180,7 +179,7 @@ class HcPost(_HcOp):
     """y[:, o] = f32(x_attn)·post[:, o] + Σ_i x_hc[:, i]·comb[:, i, o] (i ascending) → f32[T, n, D] (stage hc_post)."""
     name = "hc_post"
     operands = ("x_attn", "x_hc", "post", "comb")
-    reference = staticmethod(hc_sem.hc_post)
+    reference = numpy_reference("hc", "hc_post")
 
     def infer(self, ins, attrs):
         a, x, post, comb = ins

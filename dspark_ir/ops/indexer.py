@@ -11,9 +11,18 @@ max_visible ≤ k the pair can be replaced by `idx_topk_bounded` (0 … visible�
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import indexer as indexer_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 from .compressor import expect_index_vector, expect_rope_fits, expect_rope_pair, expect_table
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32
@@ -54,7 +63,7 @@ class IdxQrDequant(_IdxOp):
     name = "idx_qr_dequant"
     operands = ("acc", "qr_scale", "wq_b_scale")
     attrs = {"heads": Attr("int", REQUIRED)}
-    reference = staticmethod(indexer_sem.idx_qr_dequant)
+    reference = numpy_reference("indexer", "idx_qr_dequant")
 
     def infer(self, ins, attrs):
         acc, sa, sw = ins
@@ -78,7 +87,7 @@ class IdxQrRope(_IdxOp):
     name = "idx_qr_rope"
     operands = ("q", "cos_il", "sin_signed", "swap")
     attrs = {"seq": Attr("int", REQUIRED)}
-    reference = staticmethod(indexer_sem.idx_qr_rope)
+    reference = numpy_reference("indexer", "idx_qr_rope")
 
     def infer(self, ins, attrs):
         q, cos, sin, swap = ins
@@ -103,7 +112,7 @@ class IdxHadamardMatmul(_IdxOp):
     name = "idx_hadamard_matmul"
     operands = ("q", "hadamard")
     core = "cube"
-    reference = staticmethod(indexer_sem.idx_hadamard_matmul)
+    reference = numpy_reference("indexer", "idx_hadamard_matmul")
 
     def infer(self, ins, attrs):
         q, h = ins
@@ -124,7 +133,7 @@ class IdxQQuant(_IdxOp):
     name = "idx_q_quant"
     operands = ("qh",)
     results = ("q", "scale")
-    reference = staticmethod(indexer_sem.idx_q_quant)
+    reference = numpy_reference("indexer", "idx_q_quant")
 
     def infer(self, ins, attrs):
         qh = ins[0]
@@ -144,7 +153,7 @@ class IdxWeightsProj(_IdxOp):
     operands = ("x", "weights_proj")
     attrs = {"k_split": Attr("int", REQUIRED)}
     core = "cube"
-    reference = staticmethod(indexer_sem.idx_weights_proj)
+    reference = numpy_reference("indexer", "idx_weights_proj")
 
     def infer(self, ins, attrs):
         x, w = ins
@@ -167,7 +176,7 @@ class IdxWeightsReduce(_IdxOp):
     name = "idx_weights_reduce"
     operands = ("partials",)
     attrs = {"scale": Attr("float", REQUIRED)}
-    reference = staticmethod(indexer_sem.idx_weights_reduce)
+    reference = numpy_reference("indexer", "idx_weights_reduce")
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -190,7 +199,7 @@ class IdxScore(_IdxOp):
     attrs = visibility_attrs() | {"block_size": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     core = "mix"
-    reference = staticmethod(indexer_sem.idx_score)
+    reference = numpy_reference("indexer", "idx_score")
 
     def infer(self, ins, attrs):
         q, qs, w, cache, kscale, table, pos, kv_len = ins
@@ -219,7 +228,7 @@ class IdxTopk(_IdxOp):
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
-    reference = staticmethod(indexer_sem.idx_topk)
+    reference = numpy_reference("indexer", "idx_topk")
 
     def infer(self, ins, attrs):
         score, pos, kv_len = ins
@@ -241,7 +250,7 @@ class IdxTopkBounded(_IdxOp):
     name = "idx_topk_bounded"
     operands = ("positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED)}
-    reference = staticmethod(indexer_sem.idx_topk_bounded)
+    reference = numpy_reference("indexer", "idx_topk_bounded")
 
     def infer(self, ins, attrs):
         pos, kv_len = ins

@@ -9,9 +9,18 @@ The exchange ops are collective; the notifiers among them carry `notify_per` (se
 from __future__ import annotations
 
 from ..dims import dim
-from ..semantics import moe as moe_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 from .signal import NOTIFY_PER, WAIT_ATTRS, expect_signal
 
 F32, I8, I32, BF16 = DType.fp32, DType.i8, DType.i32, DType.bf16
@@ -39,7 +48,7 @@ class FfnNorm(_MoeOp):
     operands = ("x", "norm_w")
     results = ("xg", "inv_rms", "x_scale", "q_scale")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(moe_sem.ffn_norm)
+    reference = numpy_reference("moe", "ffn_norm")
 
     def infer(self, ins, attrs):
         x, w = ins
@@ -56,7 +65,7 @@ class XNormQuant(_MoeOp):
     """x_i8 = rint(xg · q_scale), per token."""
     name = "moe_x_norm_quant"
     operands = ("xg", "q_scale")
-    reference = staticmethod(moe_sem.x_norm_quant)
+    reference = numpy_reference("moe", "x_norm_quant")
 
     def infer(self, ins, attrs):
         xg, qs = ins
@@ -74,7 +83,7 @@ class Gate(_MoeOp):
     """scores[T,E] = sqrt(softplus(inv_rms · (xg @ gate_w.T)))."""
     name = "moe_gate"
     operands = ("xg", "inv_rms", "gate_w")
-    reference = staticmethod(moe_sem.gate)
+    reference = numpy_reference("moe", "gate")
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -102,7 +111,7 @@ class RouteHash(_MoeOp):
     operands = ("scores", "tid2eid", "input_ids")
     results = ("indices", "weights")
     attrs = {"routed_scale": Attr("float", 1.5)}
-    reference = staticmethod(moe_sem.route_hash)
+    reference = numpy_reference("moe", "route_hash")
 
     def infer(self, ins, attrs):
         scores, table, ids = ins
@@ -123,7 +132,7 @@ class RouteSort(_MoeOp):
     operands = ("scores", "gate_bias")
     results = ("indices", "weights")
     attrs = {"topk": Attr("int", REQUIRED), "routed_scale": Attr("float", 1.5)}
-    reference = staticmethod(moe_sem.route_sort)
+    reference = numpy_reference("moe", "route_sort")
 
     def infer(self, ins, attrs):
         scores, bias = ins
@@ -160,7 +169,7 @@ class ExpertShared(_MoeOp):
     name = "moe_expert_shared"
     operands = ("x_i8", "x_scale", "w1", "w1_scale", "w3", "w3_scale", "w2", "w2_scale")
     attrs = {"swiglu_limit": Attr("float", 0.0)}
-    reference = staticmethod(moe_sem.expert_shared)
+    reference = numpy_reference("moe", "expert_shared")
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -179,7 +188,7 @@ class ExpertRouted(_MoeOp):
     operands = ("recv_x", "recv_scale", "recv_w", "recv_count", "w1", "w1_scale", "w3", "w3_scale", "w2",
                 "w2_scale")
     attrs = {"swiglu_limit": Attr("float", 0.0)}
-    reference = staticmethod(moe_sem.expert_routed)
+    reference = numpy_reference("moe", "expert_routed")
     core = "mix"
 
     def infer(self, ins, attrs):
@@ -206,7 +215,7 @@ class DispatchMeta(_MoeOp):
     collective = True
     notify_operand = "arrived"
     wait_operand = "arrived"
-    reference = staticmethod(moe_sem.dispatch_meta)
+    reference = numpy_reference("moe", "dispatch_meta")
 
     def infer(self, ins, attrs):
         idx, meta, arrived = ins
@@ -236,7 +245,7 @@ class DispatchPush(_MoeOp):
     aliases = {0: 4, 1: 5, 2: 6}
     collective = True
     notify_operand = "data_arrived"
-    reference = staticmethod(moe_sem.dispatch_push)
+    reference = numpy_reference("moe", "dispatch_push")
 
     def infer(self, ins, attrs):
         idx, wts, x, xs, rx, raux, rroute, sig = ins
@@ -257,7 +266,7 @@ class DispatchGather(_MoeOp):
     name = "moe_dispatch_gather"
     operands = ("recv_x", "recv_aux", "recv_route", "recv_meta")
     results = ("x", "scale", "weight", "route")
-    reference = staticmethod(moe_sem.dispatch_gather)
+    reference = numpy_reference("moe", "dispatch_gather")
 
     def infer(self, ins, attrs):
         x, aux, route, meta = ins
@@ -278,7 +287,7 @@ class Combine(_MoeOp):
     aliases = {0: 3}
     collective = True
     notify_operand = "combine_arrived"
-    reference = staticmethod(moe_sem.combine)
+    reference = numpy_reference("moe", "combine")
 
     def infer(self, ins, attrs):
         y, route, meta, out, sig = ins
@@ -297,7 +306,7 @@ class SharedRouted(_MoeOp):
     """ffn_out[T,D] = rb(sh + Σ_k routed_y[t·K + k]), k ascending."""
     name = "moe_shared_routed"
     operands = ("sh", "routed_y")
-    reference = staticmethod(moe_sem.shared_routed)
+    reference = numpy_reference("moe", "shared_routed")
 
     def infer(self, ins, attrs):
         sh, routed = ins

@@ -7,9 +7,18 @@ groups in ascending order.
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import oproj as oproj_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 
 F32, BF16, I8, I32 = DType.fp32, DType.bf16, DType.i8, DType.i32
 
@@ -30,7 +39,7 @@ class OProjA(_OprojOp):
     operands = ("heads", "wo_a")
     attrs = {"group": Attr("int", REQUIRED)}
     core = "cube"
-    reference = staticmethod(oproj_sem.o_proj_a)
+    reference = numpy_reference("oproj", "o_proj_a")
 
     def infer(self, ins, attrs):
         heads, wo_a = ins
@@ -53,7 +62,7 @@ class QuantRows(_OprojOp):
     name = "quant_rows"
     operands = ("x",)
     results = ("q", "scale")
-    reference = staticmethod(oproj_sem.quant_rows)
+    reference = numpy_reference("oproj", "quant_rows")
 
     def infer(self, ins, attrs):
         x = ins[0]
@@ -72,7 +81,7 @@ class OProjB(_OprojOp):
     operands = ("x", "wo_b")
     attrs = {"group": Attr("int", REQUIRED)}
     core = "cube"
-    reference = staticmethod(oproj_sem.o_proj_b)
+    reference = numpy_reference("oproj", "o_proj_b")
 
     def infer(self, ins, attrs):
         x, wo_b = ins
@@ -97,7 +106,7 @@ class OProjBDequant(_OprojOp):
     name = "o_proj_b_dequant"
     operands = ("wo_b_scale", "*parts")
     attrs = {"out": Attr("enum", "f32", choices=("f32", "bf16"))}
-    reference = staticmethod(oproj_sem.o_proj_b_dequant)
+    reference = numpy_reference("oproj", "o_proj_b_dequant")
 
     def infer(self, ins, attrs):
         sw, *parts = ins

@@ -6,9 +6,18 @@ for wq_b). `rope_tables` is also the SWA/CSA `rope_cs` stage.
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import qkv as qkv_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 
 F32, BF16 = DType.fp32, DType.bf16
 FLOATS = (BF16, DType.fp16, F32)
@@ -42,7 +51,7 @@ class RopeTables(_QkvOp):
     operands = ("rope_cos", "rope_sin", "positions")
     results = ("cos_il", "sin_signed")
     attrs = {"rope_dim": Attr("int", REQUIRED)}
-    reference = staticmethod(qkv_sem.rope_tables)
+    reference = numpy_reference("qkv", "rope_tables")
 
     def infer(self, ins, attrs):
         cos, sin, pos = ins
@@ -69,7 +78,7 @@ class QrRmsNormQuant(_QkvOp):
     operands = ("qr_acc", "gamma_cq")
     results = ("qr", "scale")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(qkv_sem.qr_rms_norm_quant)
+    reference = numpy_reference("qkv", "qr_rms_norm_quant")
 
     def infer(self, ins, attrs):
         qa, gamma = ins
@@ -90,7 +99,7 @@ class QprojDequantRmsNopeRope(_QkvOp):
     name = "qproj_dequant_rms_nope_rope"
     operands = ("acc", "qr_scale", "wq_b_scale", "cos_il", "sin_signed")
     attrs = {"heads": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
-    reference = staticmethod(qkv_sem.qproj_dequant_rms_nope_rope)
+    reference = numpy_reference("qkv", "qproj_dequant_rms_nope_rope")
 
     def infer(self, ins, attrs):
         acc, sa, sw, cos, sin = ins
@@ -118,7 +127,7 @@ class KvRmsNormRope(_QkvOp):
     name = "kv_rms_norm_rope"
     operands = ("kv_acc", "gamma_ckv", "cos_il", "sin_signed")
     attrs = {"eps": Attr("float", 1e-6)}
-    reference = staticmethod(qkv_sem.kv_rms_norm_rope)
+    reference = numpy_reference("qkv", "kv_rms_norm_rope")
 
     def infer(self, ins, attrs):
         ka, gamma, cos, sin = ins

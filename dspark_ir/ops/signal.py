@@ -24,9 +24,8 @@ from typing import Any, Iterator, Mapping
 
 from ..dims import Dim, dim
 from ..errors import VerifyError
-from ..semantics import signal as signal_sem
 from ..types import TOKEN, DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, register_op
+from .base import REQUIRED, Attr, OpDef, expect, numpy_reference, register_op
 
 WAIT_ATTRS: dict[str, Attr] = {
     "notifier": Attr("str", REQUIRED, doc="node whose instances on the peer ranks notify the waited window"),
@@ -54,7 +53,7 @@ class Window(OpDef):
     core = "none"
     allocates = True
     lowers_to = "host"
-    reference = staticmethod(signal_sem.window)
+    reference = numpy_reference("signal", "window")
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -70,7 +69,7 @@ class SignalNotify(OpDef):
     collective = True
     lowers_to = "signal"
     notify_operand = "signal"
-    reference = staticmethod(signal_sem.signal_notify)
+    reference = numpy_reference("signal", "signal_notify")
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -91,7 +90,7 @@ class SignalWait(OpDef):
     collective = True
     lowers_to = "signal"
     wait_operand = "signal"
-    reference = staticmethod(signal_sem.signal_wait)
+    reference = numpy_reference("signal", "signal_wait")
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -110,7 +109,7 @@ class SignalBarrier(OpDef):
     lowers_to = "signal"
     notify_operand = "signal"
     wait_operand = "signal"
-    reference = staticmethod(signal_sem.signal_barrier)
+    reference = numpy_reference("signal", "signal_barrier")
     family = "signal"
 
     def infer(self, ins, attrs):
@@ -128,7 +127,7 @@ class Put(OpDef):
     operands = ("window", "src", "peer", "row")
     aliases = {0: 0}
     collective = True
-    reference = staticmethod(signal_sem.put)
+    reference = numpy_reference("signal", "put")
     family = "signal"
 
     def infer(self, ins, attrs):

@@ -12,9 +12,18 @@ heads) → `hca_stream_pack` (inverse RoPE, bf16, pack). `hca_stream_merge_pack`
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import sparse as sparse_sem
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 from .compressor import expect_index_vector, expect_rope_fits, expect_rope_pair, expect_table
 
 F32, BF16, I32 = DType.fp32, DType.bf16, DType.i32
@@ -83,7 +92,7 @@ class KvCacheWriteback(_SparseOp):
     name = "kv_cache_writeback"
     operands = ("kv", "kv_cache", "slot_mapping")
     aliases = {0: 1}
-    reference = staticmethod(sparse_sem.kv_cache_writeback)
+    reference = numpy_reference("sparse", "kv_cache_writeback")
 
     def infer(self, ins, attrs):
         kv, cache, slots = ins
@@ -103,7 +112,7 @@ class KvTouch(_SparseOp):
     name = "kv_touch"
     operands = ("kv_cache",)
     aliases = {0: 0}
-    reference = staticmethod(sparse_sem.kv_touch)
+    reference = numpy_reference("sparse", "kv_touch")
 
     def infer(self, ins, attrs):
         return [ins[0]]
@@ -114,7 +123,7 @@ class OLocalBridge(_SparseOp):
     """Copy of the reduce-scattered O rows into the attention output (csa_o_local_bridge, hca_output_bridge)."""
     name = "o_local_bridge"
     operands = ("x",)
-    reference = staticmethod(sparse_sem.o_local_bridge)
+    reference = numpy_reference("sparse", "o_local_bridge")
 
     def infer(self, ins, attrs):
         expect_rank(ins[0], 2, "x [T, D]")
@@ -140,7 +149,7 @@ class CsaSlotsBuildValidQkPlan(_SparseOp):
         "idx_topk": Attr("int", REQUIRED),
         "k_tile": Attr("int", REQUIRED),
     }
-    reference = staticmethod(sparse_sem.csa_slots_build_valid_qk_plan)
+    reference = numpy_reference("sparse", "csa_slots_build_valid_qk_plan")
 
     def infer(self, ins, attrs):
         topk, pos, table, swa = ins
@@ -175,7 +184,7 @@ class CsaQkPv(_SparseOp):
     attrs = {"scale": Attr("float", REQUIRED), "k_tile": Attr("int", REQUIRED),
              "live_blocks": Attr("int", doc="static bound on the blocks that can hold a valid row (case extent)")}
     core = "mix"
-    reference = staticmethod(sparse_sem.csa_qk_pv)
+    reference = numpy_reference("sparse", "csa_qk_pv")
 
     def infer(self, ins, attrs):
         q, cache, swa, cmp_kv, cmp_idx, bias, order = ins
@@ -210,7 +219,7 @@ class CsaMergeNorm(_SparseOp):
     name = "csa_merge_norm"
     operands = ("m", "l", "o", "sink", "cos_il", "sin_signed")
     attrs = {"o_groups": Attr("int", REQUIRED)}
-    reference = staticmethod(sparse_sem.csa_merge_norm)
+    reference = numpy_reference("sparse", "csa_merge_norm")
 
     def infer(self, ins, attrs):
         m, l, o, sink, cos, sin = ins
@@ -229,7 +238,7 @@ class HcaRawTranspose(_SparseOp):
     """Window rows [T, W, HD] → Kᵀ tiles [T, HD, W] (hca_raw_transpose)."""
     name = "hca_raw_transpose"
     operands = ("rows",)
-    reference = staticmethod(sparse_sem.hca_raw_transpose)
+    reference = numpy_reference("sparse", "hca_raw_transpose")
 
     def infer(self, ins, attrs):
         rows = ins[0]
@@ -249,7 +258,7 @@ class HcaRawAttn(_SparseOp):
     results = ("m", "l", "heads")
     attrs = {"scale": Attr("float", REQUIRED)}
     core = "mix"
-    reference = staticmethod(sparse_sem.hca_raw_attn)
+    reference = numpy_reference("sparse", "hca_raw_attn")
 
     def infer(self, ins, attrs):
         q, rows, rows_t, idx = ins
@@ -276,7 +285,7 @@ class HcaCmpWorkGather(_SparseOp):
     operands = ("cmp_kv", "cmp_block_table")
     results = ("rows", "phys")
     attrs = {"block_size": Attr("int", REQUIRED), "work_rows": Attr("int", REQUIRED), "works": Attr("int", REQUIRED)}
-    reference = staticmethod(sparse_sem.hca_cmp_work_gather)
+    reference = numpy_reference("sparse", "hca_cmp_work_gather")
 
     def infer(self, ins, attrs):
         cache, table = ins
@@ -305,7 +314,7 @@ class HcaCmpQkPv(_SparseOp):
         "max_rows": Attr("int", REQUIRED),
     }
     core = "mix"
-    reference = staticmethod(sparse_sem.hca_cmp_qk_pv)
+    reference = numpy_reference("sparse", "hca_cmp_qk_pv")
 
     def infer(self, ins, attrs):
         q, rows, phys, pos, kv_len = ins
@@ -333,7 +342,7 @@ class HcaStreamMerge(_SparseOp):
     normalised f32 [T, H, HD] written back to stream_heads (hca_stream_merge)."""
     name = "hca_stream_merge"
     operands = ("m", "l", "heads", "cmp_m", "cmp_l", "cmp_o", "sink")
-    reference = staticmethod(sparse_sem.hca_stream_merge)
+    reference = numpy_reference("sparse", "hca_stream_merge")
 
     def infer(self, ins, attrs):
         m, l, heads, cm, cl, co, sink = ins
@@ -355,7 +364,7 @@ class HcaStreamPack(_SparseOp):
     name = "hca_stream_pack"
     operands = ("heads", "cos_il", "sin_signed", "swap")
     attrs = {"o_groups": Attr("int", REQUIRED)}
-    reference = staticmethod(sparse_sem.hca_stream_pack)
+    reference = numpy_reference("sparse", "hca_stream_pack")
 
     def infer(self, ins, attrs):
         heads, cos, sin, swap = ins
@@ -375,7 +384,7 @@ class HcaStreamMergePack(_SparseOp):
     name = "hca_stream_merge_pack"
     operands = ("m", "l", "heads", "cmp_m", "cmp_l", "cmp_o", "sink", "cos_il", "sin_signed", "swap")
     attrs = {"o_groups": Attr("int", REQUIRED)}
-    reference = staticmethod(sparse_sem.hca_stream_merge_pack)
+    reference = numpy_reference("sparse", "hca_stream_merge_pack")
 
     def infer(self, ins, attrs):
         merged = HcaStreamMerge().infer(ins[:7], {})[0]

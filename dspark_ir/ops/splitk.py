@@ -9,9 +9,8 @@ pass produces these two ops from an atomic matmul (`targets = all`); hc_pre has 
 from __future__ import annotations
 
 from .. import dims as D
-from ..semantics import splitk as splitk_sem
 from ..types import DType, TensorType
-from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, register_op
+from .base import Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, numpy_reference, register_op
 from .hc import HcPreLinearReduce
 
 FLOATS = (DType.bf16, DType.fp16, DType.fp32)
@@ -29,7 +28,7 @@ class MatmulPartials(OpDef):
         "m_split": Attr("int", 1),
     }
     core = "cube"
-    reference = staticmethod(splitk_sem.matmul_partials)
+    reference = numpy_reference("splitk", "matmul_partials")
     family = "splitk"
 
     def infer(self, ins, attrs):
@@ -56,5 +55,5 @@ class MatmulPartials(OpDef):
 class SplitReduce(HcPreLinearReduce):
     """Sum of the k_split row blocks of partials [k_split·M, N] in ascending split order → f32[M, N]."""
     name = "split_reduce"
-    reference = staticmethod(splitk_sem.split_reduce)
+    reference = numpy_reference("splitk", "split_reduce")
     family = "splitk"

@@ -13,9 +13,8 @@ tasks away (the in-kernel branch of §6(a)); in the reference both always run.
 """
 from __future__ import annotations
 
-from ..semantics import topk_bypass as topk_bypass_sem
 from ..types import DType
-from .base import REQUIRED, Attr, OpDef, expect, expect_same_dim, register_op
+from .base import REQUIRED, Attr, OpDef, expect, expect_same_dim, numpy_reference, register_op
 from .indexer import check_visibility, visibility_attrs
 
 I32 = DType.i32
@@ -29,7 +28,7 @@ class IdxTopkSelect(OpDef):
     family = "topk_bypass"
     operands = ("fallback", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED)}
-    reference = staticmethod(topk_bypass_sem.idx_topk_select)
+    reference = numpy_reference("topk_bypass", "idx_topk_select")
 
     def infer(self, ins, attrs):
         fallback, pos, kv_len = ins

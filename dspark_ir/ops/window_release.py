@@ -15,9 +15,8 @@ any later writer of that window (a WAR edge from the release). It is a rendezvou
 """
 from __future__ import annotations
 
-from ..semantics import window_release as window_release_sem
 from ..types import TOKEN
-from .base import OpDef, register_op
+from .base import OpDef, numpy_reference, register_op
 
 
 @register_op
@@ -31,7 +30,7 @@ class WindowRelease(OpDef):
     collective = True
     lowers_to = "signal"
     family = "window_release"
-    reference = staticmethod(window_release_sem.window_release)
+    reference = numpy_reference("window_release", "window_release")
 
     def infer(self, ins, attrs):
         return [TOKEN]

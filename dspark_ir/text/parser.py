@@ -12,7 +12,7 @@ from .. import dims as D
 from ..errors import DsparkError, ParseError, did_you_mean
 from ..graph import Graph, Module, Node, Value
 from ..ops import OP_REGISTRY, get_op, load_all
-from ..types import TOKEN, TensorType, dtype
+from ..types import TOKEN, DType, TensorType, dtype
 from .fastparse import MAX_LIST_DEPTH, MAX_NAME, MAX_RUN_TOKENS, Unsupported, parse_fast
 from .plain import plain
 from .strings import StringError, unquote
@@ -125,6 +125,10 @@ def _parse_tree(text: str, filename: str, start: str) -> Tree:
                 raise ParseError(f"name longer than {MAX_NAME} characters", _loc(filename, token))
         return parser.feed_eof(token)
     except UnexpectedInput as e:
+        missing = _missing_closer(e, text)
+        if missing is not None:
+            message, line, column = missing
+            raise ParseError(message, f"{filename}:{line}:{column}") from None
         raise ParseError(_describe(e), f"{filename}:{e.line}:{e.column}") from None
     except RecursionError:
         raise ParseError("input nested too deeply", f"{filename}:1:1") from None
@@ -141,8 +145,31 @@ def _describe(e: UnexpectedInput) -> str:
     if isinstance(e, UnexpectedToken):
         if e.token.type == "$END":
             return f"unexpected end of input{_expected(e.accepts or e.expected)}"
-        return f"unexpected {e.token.value!r}{_expected(e.accepts or e.expected)}"
+        expected = e.accepts or e.expected
+        hint = did_you_mean(str(e.token.value), [d.value for d in DType]) if "DTYPE" in expected else ""
+        return f"unexpected {e.token.value!r}{_expected(expected)}{hint}"
     return "syntax error"
+
+
+_CLOSERS = {"RSQB": "']'", "RPAR": "')'", "RBRACE": "'}'", "MORETHAN": "'>'"}
+
+
+def _missing_closer(e: UnexpectedInput, text: str) -> tuple[str, int, int] | None:
+    """A closing bracket the parser wanted at the end of a line, found missing only at the next token on a later
+    line: (message, line, column) just after the last token before the gap, where the bracket is missing."""
+    if not isinstance(e, UnexpectedToken) or e.token.type == "$END" or e.token.start_pos is None:
+        return None
+    closers = [_CLOSERS[n] for n in (e.accepts or e.expected) if n in _CLOSERS]
+    if len(closers) != 1:
+        return None
+    end = e.token.start_pos
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    if "\n" not in text[end:e.token.start_pos]:
+        return None
+    line = text.count("\n", 0, end) + 1
+    column = end - text.rfind("\n", 0, end)
+    return f"missing {closers[0]} (found {e.token.value!r} on line {e.line})", line, column
 
 
 def _expected(names) -> str:

@@ -3,7 +3,9 @@
     D/.dspark-dump            marker: D is a dump folder (its dump files are replaced by the next run)
     D/00_input.dsir           the input
     D/NN_<pass>.dsir          after pass application NN (every one, or with --dump changed only changes)
-    D/NN_<pass>.dot / .svg    with --dump-dot / --dump-svg (SVG needs graphviz)
+    D/NN_<pass>.dot / .svg    with --dump-dot / --dump-svg (SVG needs graphviz): the graph clustered by block, the
+                              nodes the pass added, changed or removed (ghosts) highlighted; an SVG graphviz cannot
+                              lay out is left out (one warning line on stderr), never written empty
     D/NN_<pass>.failed.dsir   the output of a pass that failed a check (when it can be printed)
     D/index.html              the trace page; its banner says ok / failed / incomplete
 Each snapshot's header carries the pipeline, the cache key and the command that reproduces it from
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dspark_ir.dot import dot_to_svg, have_graphviz, to_dot
+from dspark_ir.dot import Changes, RenderError, have_graphviz, render_svg, to_dot
 from dspark_ir.fsutil import OutputDir, OutputError
 from dspark_ir.text.printer import print_graph
 
@@ -45,6 +47,7 @@ class DumpWriter(Instrument):
         if ctx.dump_svg and not have_graphviz():
             raise OutputError("--dump-svg needs graphviz's `dot` on PATH (apt-get install graphviz)", ctx.dump_dir)
         self.out = prepare(ctx.dump_dir)
+        self.uses_before = ctx.dump_dot or ctx.dump_svg      # the removed nodes are drawn as ghosts
         self.files: dict[int, list[str]] = {}
 
     def start(self, state, g):
@@ -59,7 +62,9 @@ class DumpWriter(Instrument):
         self.texts[run.index] = (self.last, text)
         self.last = text
         if state.ctx.dump == "all" or run.changed:
-            self.files[run.index] = self._write(state, self._stem(run.index, run.name), g, self._header(state, run))
+            changes = Changes.of(before, run.added, run.removed, run.modified)
+            self.files[run.index] = self._write(state, self._stem(run.index, run.name), g, self._header(state, run),
+                                                changes)
             run.snapshot = self.files[run.index][0]
 
     def fail(self, state, error, g):
@@ -83,17 +88,20 @@ class DumpWriter(Instrument):
     def _stem(self, index: int, name: str) -> str:
         return f"{index:0{self.width}d}_{name}"
 
-    def _write(self, state, stem: str, g, header: list[str]) -> list[str]:
+    def _write(self, state, stem: str, g, header: list[str], changes: Changes | None = None) -> list[str]:
         files = [stem + ".dsir"]
         self.out.write_text(files[0], print_graph(g, header))
-        if state.ctx.dump_dot or state.ctx.dump_svg:
-            dot = to_dot(g)
-            if state.ctx.dump_dot:
-                files.append(stem + ".dot")
-                self.out.write_text(files[-1], dot)
-            if state.ctx.dump_svg:
+        if state.ctx.dump_dot:
+            files.append(stem + ".dot")
+            self.out.write_text(files[-1], to_dot(g, changes))
+        if state.ctx.dump_svg:
+            try:
+                svg = render_svg(g, changes)
+            except RenderError as e:
+                print(f"dspark: warning: {stem}.svg not written: {e}", file=state.stderr)
+            else:
                 files.append(stem + ".svg")
-                self.out.write_text(files[-1], dot_to_svg(dot) or "")
+                self.out.write_text(files[-1], svg)
         return files
 
     def _common(self, state) -> list[str]:

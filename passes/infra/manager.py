@@ -11,6 +11,7 @@ run failed, the reproducer writes the input snapshot and the remaining pipeline)
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -80,9 +81,12 @@ class PassRun:
 
 @dataclass
 class OptResult:
+    """The result of a run. Under a bisect limit, `pipeline` is the part that ran (up to the last pass applied)
+    and `rewrite_limit` the rewrite budget of --bisect-rewrites: the cache key is that of the graph produced."""
     graph: Graph
     pipeline: Pipeline
     runs: list[PassRun]
+    rewrite_limit: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -94,7 +98,10 @@ class OptResult:
 
     @property
     def cache_key(self) -> str:
-        return self.pipeline.key
+        if self.rewrite_limit is None:
+            return self.pipeline.key
+        text = f"{self.pipeline.key}\nrewrites<={self.rewrite_limit}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -158,10 +165,20 @@ class PassManager:
             for inst in instruments:
                 inst.fail(state, e, graph)
             raise
-        result = OptResult(graph, self.pipeline, state.runs)
+        result = OptResult(graph, *self._executed(state))
         for inst in instruments:
             inst.finish(state, result)
         return result
+
+    def _executed(self, state: RunState) -> tuple[Pipeline, list[PassRun], int | None]:
+        """The pipeline that ran under a bisect limit (the full one without), its runs, the rewrite budget."""
+        ctx = state.ctx
+        if ctx.bisect_limit is None:
+            return self.pipeline, state.runs, None
+        if not ctx.bisect_rewrites:
+            return self.pipeline[:ctx.bisect_limit], state.runs, None
+        ran = [r.index for r in state.runs if r.status != "skipped"]
+        return self.pipeline[:max(ran, default=0)], state.runs, ctx.bisect_limit
 
     def _run_all(self, state: RunState, graph: Graph, instruments: list) -> None:
         established: set[str] = set()

@@ -62,8 +62,31 @@ def get_pass(name: str) -> type["Pass"]:
 
 
 def summary(name: str) -> str:
-    """First line of the pass's docstring (used by `dspark list passes`)."""
+    """First line of the pass's docstring (used by `dspark list passes`). A pass module not imported yet is read,
+    not imported: listing the passes stays fast (benchmarks/cli_startup.py)."""
+    if name not in _REGISTRY and name in pass_modules():
+        text = _docstring_without_import(pass_modules()[name], name)
+        if text is not None:
+            return text.strip().splitlines()[0] if text.strip() else ""
     return get_pass(name).summary()
+
+
+def _docstring_without_import(module: str, name: str) -> str | None:
+    """The docstring of the class in `module` whose `name = "<name>"`, from its source; None if not found."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return None
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for stmt in cls.body:
+            if (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "name" for t in stmt.targets)
+                    and isinstance(stmt.value, ast.Constant) and stmt.value.value == name):
+                return ast.get_docstring(cls) or ""
+    return None
 
 
 def is_builtin(cls: type["Pass"]) -> bool:

@@ -60,7 +60,8 @@ def test_dot_writes_file_atomically(tmp_path):
     out = tmp_path / "g.dot"
     assert main(["dot", str(EXAMPLE), "-o", str(out)]) == 0
     text = out.read_text()
-    assert 'digraph "kv_side"' in text and "qkv.kv_proj_matmul" in text and "cluster_qkv" in text
+    assert 'digraph "kv_side"' in text and "qkv.kv_proj_matmul" in text
+    assert "subgraph cluster_" in text and 'label="qkv"' in text
     assert [p.name for p in tmp_path.iterdir()] == ["g.dot"]
 
 

@@ -80,3 +80,19 @@ def test_forward_references_are_allowed_and_printed_in_topological_order():
 """
     printed = print_graph(parse_graph(text))
     assert printed.index("%b.one =") < printed.index("%b.two =")
+
+
+def test_a_misspelt_dtype_gets_a_did_you_mean():
+    with pytest.raises(ParseError) as e:
+        parse_graph(GOOD.replace("bf16[T,64]", "bf61[T,64]", 1), "f.dsir")
+    assert str(e.value) == "f.dsir:1:22: unexpected 'bf61'; expected one of 'token', a dtype (did you mean 'bf16'?)"
+
+
+@pytest.mark.parametrize("text, where, closer", [
+    ("graph @g<T = 16>(\n    %x: bf16[T,64\n) {\n  return %x\n}\n", "2:18", "']'"),
+    ("graph @g<T = 16>(\n    %x: bf16[T,64]\n {\n  return %x\n}\n", "2:19", "')'"),
+])
+def test_a_missing_closing_bracket_is_reported_where_it_is_missing(text, where, closer):
+    with pytest.raises(ParseError) as e:
+        parse_graph(text, "f.dsir")
+    assert str(e.value).startswith(f"f.dsir:{where}: missing {closer} (found ")
