@@ -256,10 +256,17 @@ class numpy_reference:
 
     def __init__(self, family: str, function: str):
         self.family, self.function = family, function
+        self.op = "?"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.op = getattr(owner, "name", owner.__name__)
 
     def __get__(self, obj: object, owner: type | None = None) -> Callable[..., Any]:
-        return getattr(importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.semantics.{self.family}"),
-                       self.function)
+        module = f"{__package__.rsplit('.', 1)[0]}.semantics.{self.family}"
+        fn = getattr(importlib.import_module(module), self.function, None)
+        if fn is None:   # tests/ir/test_semantics_coverage.py reads every op's reference
+            raise AttributeError(f"op '{self.op}': its numpy reference {module}:{self.function} does not exist")
+        return fn
 
 
 OP_REGISTRY: dict[str, type[OpDef]] = {}
