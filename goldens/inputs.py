@@ -66,7 +66,7 @@ import numpy as np
 
 from .config import ConfigError, ModelConfig, cache_geometry
 from .numerics import FP32_NEG_INF, q8, rb, rope_profile, rope_tables
-from .paging import page_rows, request_of_tokens
+from .paging import page_rows, request_of_tokens, ring_rows
 
 KINDS = ("swa", "csa", "hca", "moe", "moe_hash")
 ATTENTION_KINDS = ("swa", "csa", "hca")
@@ -119,6 +119,35 @@ _BUFFERS = {
     "moe": (),
     "moe_hash": (),
 }
+
+
+# buffer → (slot input whose rows it writes, or the state's ring table read at `positions`)
+_WRITERS = {
+    "kv_cache": "swa_slot_mapping",
+    "cmp_kv": "cmp_slot_mapping",
+    "idx_kv_cache": "idx_slot_mapping",
+    "idx_kv_scale": "idx_slot_mapping",
+    "cmp_state": "cmp_state_block_table",
+    "idx_cmp_state": "idx_cmp_state_block_table",
+}
+
+
+def written_rows(kind: str, cfg: ModelConfig, inputs: dict) -> dict[str, np.ndarray]:
+    """buffer name → sorted pool rows (axis 0) one decode step may write, from the step's own inputs.
+
+    Caches: the rows their slot mapping names (kv_cache ← swa_slot_mapping: every token; cmp_kv ←
+    cmp_slot_mapping, idx_kv_cache / idx_kv_scale ← idx_slot_mapping: every listed boundary, of which the step
+    pools the first per request, the others keep their input rows). Compressor state: the ring row of every
+    token's position (dsv4-math §4, §10). Every other row of the pool must come back unchanged."""
+    _check_kind(kind)
+    out = {}
+    for name in _BUFFERS[kind]:
+        source = np.asarray(inputs[_WRITERS[name]])
+        if source.ndim == 2:   # a ring state table: the row of each token's position
+            table = source[request_of_tokens(len(inputs["positions"]), cfg.seq)]
+            source = ring_rows(table, np.asarray(inputs["positions"])[:, None], cfg.block_size)[:, 0]
+        out[name] = np.unique(source[source >= 0]).astype(np.int64)
+    return out
 
 
 def _hc_specs(cfg: ModelConfig) -> dict[str, Spec]:

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']}{ep} · seed {args.seed} · "
           f"regime {args.regime}{piped} · backend {args.backend}")
     print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")
-    comparisons = runner.compare_outputs(g, result, golden)
+    comparisons = runner.compare_outputs(g, result, golden, inputs)
     for c in comparisons:
         verdict = "ok (bitwise)" if c.bitwise else "ok" if c.ok else f"FAIL: {c.detail}"
         print(f"  {c.name:<14} {c.max_abs:>10.3g}  {c.max_rel:>10.3g}  {c.tolerance.describe():<46} {verdict}")
