@@ -213,6 +213,7 @@ class IdxTopk(_IdxOp):
     """The first min(k, visible) entries by descending score (ties → lower index first), then −1: i32 [T, score_len]
     (topk). `max_visible` is the static bound on visible; when it is ≤ k the top-k bypass applies."""
     name = "idx_topk"
+    row_sets = True     # tied scores (e.g. two exact 0.0) may come in either order
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
