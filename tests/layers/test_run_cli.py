@@ -15,7 +15,7 @@ def test_run_swa_within_tolerance(tp, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (f"dspark run decode-swa · config tiny · tp {tp} · seed 1 · "
                                    "regime window_boundary · backend numpy")
-    assert "x_out" in out and "kv_cache" in out and "reldiff_rows(diff=0.003" in out
+    assert "x_out" in out and "kv_cache" in out and "rows_channels(diff=0.003" in out
     assert out.rstrip().endswith("outputs within tolerance" + (" (all 4 ranks)" if tp == "4" else ""))
     assert "ok: 2/2" in out
 
