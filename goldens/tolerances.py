@@ -191,3 +191,32 @@ def compare_layer(result: Any, golden: Any, layer: str = "", seq: int = 1, input
             rows = np.concatenate([np.asarray(w[name], np.int64) + o for w, o in zip(writes, offsets)])
         out.append(compare(name, actual, expected, layer, seq, before, rows))
     return out
+
+
+# Sub-block stages (runner.subblock_checks): the stage against the golden stage on the same operands. Both follow
+# the same op order, so the result is bitwise; the bounds leave room for a different exp/sqrt implementation
+# only: f32 results within 8 ulp (rtol 2^-20) at every point; bf16 results within one ulp (rtol 2^-7) at every
+# point and differing at all on at most 1 point in 256 (a midpoint flip from such an ulp is that rare).
+STAGE_TOLERANCES: dict[str, Tolerance] = {
+    "f32": Tolerance("stage", {"rtol": 2.0 ** -20, "atol": 1e-30, "max_fraction": 1.0},
+                     "same op order as the golden: bitwise up to transcendental ulps"),
+    "bf16": Tolerance("stage", {"rtol": 2.0 ** -7, "atol": 1e-30, "max_fraction": 1 / 256},
+                      "same op order: bitwise but for a rare rounding-midpoint flip of one ulp"),
+}
+
+
+def compare_stage(name: str, actual: Any, expected: Any, dtype: str) -> Comparison:
+    """A sub-block stage against the golden stage on the same operands (STAGE_TOLERANCES by result dtype)."""
+    tol = STAGE_TOLERANCES["bf16" if dtype == "bf16" else "f32"]
+    a, e = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if a.shape != e.shape:
+        return Comparison(name, float("inf"), float("inf"), False, False, f"shape {a.shape} vs {e.shape}", tol)
+    diff = np.abs(a - e)
+    bound = tol.params["atol"] + tol.params["rtol"] * np.abs(e)
+    outside = int((diff > bound).sum())
+    differ = float((diff > 0).mean()) if diff.size else 0.0
+    ok = outside == 0 and differ <= tol.params["max_fraction"]
+    max_abs = float(diff.max(initial=0.0))
+    max_rel = float((diff / np.maximum(np.abs(e), 1.0)).max(initial=0.0))
+    detail = f"{outside} point(s) outside rtol {tol.params['rtol']:.3g}; {differ:.3%} of points differ"
+    return Comparison(name, max_abs, max_rel, differ == 0.0, ok, detail, tol)

@@ -24,6 +24,11 @@ Public API
     run's ``inputs``, buffers are compared on their written rows (``goldens.inputs.written_rows``) and every
     other row must equal the input.
 
+``subblock_checks(g, values)``
+    Stages of the graph (Sinkhorn comb, hc gates, hc collapse, hc_post, rmsnorm) against the golden's stage on
+    the graph's own stage operands, from a run that kept every value (``runner/subblocks.py``): what a
+    layer-level tolerance cannot see.
+
 It executes nothing but the golden: callers bring the executor (``dspark_ir.interp.run`` or a lowering
 backend), so the runner sits right above ``dspark_ir`` and below ``passes`` (docs/design.md).
 """
@@ -42,8 +47,10 @@ from goldens import inputs as gi
 from goldens import layers as gl
 from goldens.tolerances import Comparison, compare_layer
 
+from .subblocks import subblock_checks
+
 __all__ = ["INPUT_LIMIT_BYTES", "compare_outputs", "golden_outputs", "graph_outputs", "layer_inputs", "regimes",
-           "sample_inputs"]
+           "sample_inputs", "subblock_checks"]
 
 
 def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
