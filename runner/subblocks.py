@@ -11,6 +11,8 @@ that has the op is checked:
   comb_sinkhorn  → goldens.hc.hc_gates(...).comb at cfg.sinkhorn_iters (not the node's own count)
   split_pre_post → hc_gates pre, post        mix_x → hc_collapse        hc_post → goldens.hc.hc_post
   rmsnorm        → goldens.norm.rms_norm (eps from the config)
+  the O path     → goldens.o_proj.o_proj / o_proj_tp from the packed heads (the operand of the first O op)
+                   to attn_out (hc_post's first operand), at every TP: a one-row fault inside it shows here
 """
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ import numpy as np
 
 from dspark_ir import layers
 from dspark_ir.graph import Graph
+from dspark_ir.ops.collective import OGroupA2A
 from dspark_ir.ops.core import RmsNorm
 from dspark_ir.ops.hc import CombSinkhorn, HcPost, MixX, SplitPrePost
+from dspark_ir.ops.oproj import OProjA
 from goldens import hc as ghc
 from goldens.norm import rms_norm
+from goldens.o_proj import o_proj, o_proj_tp
 from goldens.tolerances import Comparison, compare_stage
 
 
@@ -57,4 +62,21 @@ def subblock_checks(g: Graph, values: Any) -> list[Comparison]:
             actual = np.concatenate([np.asarray(env[node.results[i].name]) for env in envs])
             want = np.concatenate([np.asarray(e[i]) for e in expected])
             out.append(compare_stage(f"{name} ({node.name})", actual, want, node.results[i].type.dtype.value))
-    return out
+    return out + _o_path(g, cfg, envs)
+
+
+def _o_path(g: Graph, cfg, envs: list) -> list[Comparison]:
+    """The O projection from the packed heads to attn_out (attention layers: those with an O path)."""
+    nodes = list(g.nodes.values())
+    first = next((n for n in nodes if n.opdef is OGroupA2A), None) or next((n for n in nodes if n.opdef is OProjA),
+                                                                            None)
+    post = next((n for n in nodes if n.opdef is HcPost), None)
+    if first is None or post is None:
+        return []
+    packed = [env[first.operands[0].name] for env in envs]
+    if len(envs) == 1:
+        want = [o_proj(cfg, packed[0], envs[0]["wo_a"], envs[0]["wo_b"], envs[0]["wo_b_scale"])]
+    else:
+        want = o_proj_tp(cfg, packed, [e["wo_a"] for e in envs], [e["wo_b"] for e in envs], envs[0]["wo_b_scale"])
+    actual = np.concatenate([np.asarray(env[post.operands[0].name]) for env in envs])
+    return [compare_stage("o path (packed → attn_out)", actual, np.concatenate(want), "bf16")]
