@@ -38,18 +38,27 @@ def sinkhorn(cfg: ModelConfig, c: np.ndarray) -> np.ndarray:
     return c
 
 
-def hc_pre(cfg: ModelConfig, x_hc, hc_fn, hc_scale, hc_base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x_mixed [T,D] bf16-valued, post [T,4], comb [T,4,4] in [in, out] layout) (§2.1)."""
+def hc_gates(cfg: ModelConfig, mix, hc_scale, hc_base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pre [T,4], post [T,4], comb [T,4,4]) from mix [T, mix_hc] (§2.1)."""
     n = cfg.hc_mult
-    x_hc = f32(x_hc)
-    s, base = f32(hc_scale), f32(hc_base)
-    mix = hc_mix(cfg, x_hc, hc_fn)
+    mix, s, base = f32(mix), f32(hc_scale), f32(hc_base)
     pre = sigmoid(mix[:, :n] * s[0] + base[:n]) + F32(cfg.hc_eps)
     post = F32(2.0) * sigmoid(mix[:, n : 2 * n] * s[1] + base[n : 2 * n])
     comb = sinkhorn(cfg, (mix[:, 2 * n :] * s[2] + base[2 * n :]).reshape(-1, n, n))
-    streams = [x_hc[:, i, :] * pre[:, i : i + 1] for i in range(n)]
-    x_mixed = rb((streams[0] + streams[1]) + (streams[2] + streams[3]))
-    return x_mixed, post, comb
+    return pre, post, comb
+
+
+def hc_collapse(x_hc, pre) -> np.ndarray:
+    """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) (§2.1). [T, D] bf16-valued."""
+    x_hc, pre = f32(x_hc), f32(pre)
+    streams = [x_hc[:, i, :] * pre[:, i : i + 1] for i in range(x_hc.shape[1])]
+    return rb((streams[0] + streams[1]) + (streams[2] + streams[3]))
+
+
+def hc_pre(cfg: ModelConfig, x_hc, hc_fn, hc_scale, hc_base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_mixed [T,D] bf16-valued, post [T,4], comb [T,4,4] in [in, out] layout) (§2.1)."""
+    pre, post, comb = hc_gates(cfg, hc_mix(cfg, f32(x_hc), hc_fn), hc_scale, hc_base)
+    return hc_collapse(x_hc, pre), post, comb
 
 
 def hc_post(x_attn, res, post, comb) -> np.ndarray:

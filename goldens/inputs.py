@@ -51,7 +51,10 @@ cap = 256; FLASH: k = 512, W = 128, S = 8, cap = 8192)
   long_cache       [r·k + r − 1, cap − S]        every visible > k, so top-k really selects (TINY 67…252)
   window_boundary  [W − S + 1, W − 1]            the chunk contains pos W−1 and W (TINY 13…15)
   topk_boundary    [r·k − S, r·k − 1]            some token has visible == k exactly (TINY 60…63)
-  default          request b takes the regime long, short, window, topk, empty_cmp (b mod 5), each drawn as above
+  cmp_boundary     R·j − 1 − o, j ≥ 1, o < S      the chunk closes an HCA (and a CSA) entry at offset o (TINY 12…251)
+  default          request b takes the regime long, short, window, topk, empty_cmp, cmp_boundary (b mod 6), each
+                   drawn as above; b counts over the TP group (rank r's requests are r·B …), so at TP > 1 every
+                   regime occurs too, and with an explicit regime every rank has only that one
 MoE regimes: "default"; "swiglu_clip" (w1, w3 drawn 8× larger so the SwiGLU limits bind).
 
 Multi-rank: `make_rank_inputs` returns one dict per rank (tp ranks for attention, ep ranks for MoE) with the same
@@ -66,14 +69,15 @@ import numpy as np
 
 from .config import ConfigError, ModelConfig, cache_geometry
 from .numerics import FP32_NEG_INF, q8, rb, rope_profile, rope_tables
-from .paging import page_rows, request_of_tokens
+from .paging import page_rows, request_of_tokens, ring_rows
 
 KINDS = ("swa", "csa", "hca", "moe", "moe_hash")
 ATTENTION_KINDS = ("swa", "csa", "hca")
 MOE_KINDS = ("moe", "moe_hash")
-ATTENTION_REGIMES = ("default", "empty_cmp", "short_cache", "long_cache", "window_boundary", "topk_boundary")
+ATTENTION_REGIMES = ("default", "empty_cmp", "short_cache", "long_cache", "window_boundary", "topk_boundary",
+                     "cmp_boundary")
 MOE_REGIMES = ("default", "swiglu_clip")
-_DEFAULT_CYCLE = ("long_cache", "short_cache", "window_boundary", "topk_boundary", "empty_cmp")
+_DEFAULT_CYCLE = ("long_cache", "short_cache", "window_boundary", "topk_boundary", "empty_cmp", "cmp_boundary")
 
 Spec = tuple[str, tuple[int, ...]]
 
@@ -119,6 +123,35 @@ _BUFFERS = {
     "moe": (),
     "moe_hash": (),
 }
+
+
+# buffer → (slot input whose rows it writes, or the state's ring table read at `positions`)
+_WRITERS = {
+    "kv_cache": "swa_slot_mapping",
+    "cmp_kv": "cmp_slot_mapping",
+    "idx_kv_cache": "idx_slot_mapping",
+    "idx_kv_scale": "idx_slot_mapping",
+    "cmp_state": "cmp_state_block_table",
+    "idx_cmp_state": "idx_cmp_state_block_table",
+}
+
+
+def written_rows(kind: str, cfg: ModelConfig, inputs: dict) -> dict[str, np.ndarray]:
+    """buffer name → sorted pool rows (axis 0) one decode step may write, from the step's own inputs.
+
+    Caches: the rows their slot mapping names (kv_cache ← swa_slot_mapping: every token; cmp_kv ←
+    cmp_slot_mapping, idx_kv_cache / idx_kv_scale ← idx_slot_mapping: every listed boundary, of which the step
+    pools the first per request, the others keep their input rows). Compressor state: the ring row of every
+    token's position (dsv4-math §4, §10). Every other row of the pool must come back unchanged."""
+    _check_kind(kind)
+    out = {}
+    for name in _BUFFERS[kind]:
+        source = np.asarray(inputs[_WRITERS[name]])
+        if source.ndim == 2:   # a ring state table: the row of each token's position
+            table = source[request_of_tokens(len(inputs["positions"]), cfg.seq)]
+            source = ring_rows(table, np.asarray(inputs["positions"])[:, None], cfg.block_size)[:, 0]
+        out[name] = np.unique(source[source >= 0]).astype(np.int64)
+    return out
 
 
 def _hc_specs(cfg: ModelConfig) -> dict[str, Spec]:
@@ -302,10 +335,16 @@ def _weights(kind: str, cfg: ModelConfig, seed: int, regime: str) -> dict[str, n
 
 
 def _hc_weights(rng, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """HC weights drawn like a trained layer's: the comb logits are sharp (scale s2 in [4, 8], base N(0, 1)), so
+    Sinkhorn is still moving at its last iterations (comb after 19 and 20 iterations differs by ~1e-3, after 10
+    by ~5e-2), and an iteration-count fault shows. With the old N(0, 0.5) base and s2 ≈ 1 it converged by 10-15."""
+    n = cfg.hc_mult
+    scale = np.concatenate([rng.uniform(0.5, 1.5, 2), rng.uniform(4.0, 8.0, 1)]).astype(np.float32)
+    base = np.concatenate([_normal(rng, (2 * n,), 0.5), _normal(rng, (cfg.mix_hc - 2 * n,), 1.0)])
     return {
         "hc_fn": _normal(rng, (cfg.mix_hc, cfg.hc_dim), cfg.hc_dim ** -0.5),
-        "hc_scale": rng.uniform(0.5, 1.5, 3).astype(np.float32),
-        "hc_base": _normal(rng, (cfg.mix_hc,), 0.5),
+        "hc_scale": scale,
+        "hc_base": base.astype(np.float32),
         "norm_w": _bf16(rng, (cfg.hidden,), 0.1, 1.0),
     }
 
@@ -401,7 +440,7 @@ def _rank_state(kind: str, cfg: ModelConfig, seed: int, regime: str, rank: int) 
         return x_hc
     if kind == "moe_hash":
         return x_hc | {"input_ids": rng.integers(0, cfg.vocab, cfg.tokens).astype(np.int32)}
-    starts = request_starts(cfg, regime, rng)
+    starts = request_starts(cfg, regime, rng, first=rank * cfg.batch)
     positions = (starts[:, None] + np.arange(cfg.seq)[None, :]).reshape(-1)
     kv_seq_len = starts + cfg.seq
     state = x_hc | {"positions": positions.astype(np.int32), "kv_seq_len": kv_seq_len.astype(np.int32)}
@@ -423,6 +462,7 @@ def start_ranges(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
         "long_cache": (r * k + r - 1, cap - s),
         "window_boundary": (w - s + 1, max(w - s + 1, w - 1)),
         "topk_boundary": (r * k - s, r * k - 1),
+        "cmp_boundary": (cfg.hca_ratio - s, cap - s),
     }
     for regime, (lo, hi) in ranges.items():
         if lo > hi or lo < 0:
@@ -430,11 +470,23 @@ def start_ranges(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-def request_starts(cfg: ModelConfig, regime: str, rng) -> np.ndarray:
-    """Start position of every request for `regime` (module docstring)."""
+def request_starts(cfg: ModelConfig, regime: str, rng, first: int = 0) -> np.ndarray:
+    """Start position of every request for `regime` (module docstring); `first` = the global index of this
+    rank's first request (the default cycle runs over the whole TP group, so every regime occurs at TP > 1)."""
     ranges = start_ranges(cfg)
-    names = [_DEFAULT_CYCLE[b % len(_DEFAULT_CYCLE)] if regime == "default" else regime for b in range(cfg.batch)]
-    return np.array([rng.integers(ranges[n][0], ranges[n][1] + 1) for n in names], dtype=np.int64)
+    cycle = len(_DEFAULT_CYCLE)
+    names = [_DEFAULT_CYCLE[(first + b) % cycle] if regime == "default" else regime for b in range(cfg.batch)]
+    starts = [rng.integers(ranges[n][0], ranges[n][1] + 1) for n in names]
+    return np.array([_on_boundary(cfg, x, rng) if n == "cmp_boundary" else x for n, x in zip(names, starts)],
+                    dtype=np.int64)
+
+
+def _on_boundary(cfg: ModelConfig, x: int, rng) -> int:
+    """A start near `x` whose chunk closes an HCA entry (pos = R·j − 1, so a CSA entry too) at a seeded offset
+    inside the chunk (first token … last token)."""
+    r, s = cfg.hca_ratio, cfg.seq
+    j = max(1, min((x + s) // r, (cache_geometry(cfg).ctx_cap - s) // r))
+    return r * j - 1 - int(rng.integers(0, s))
 
 
 def _block_table(rng, batch: int, width: int, used) -> np.ndarray:

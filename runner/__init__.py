@@ -19,8 +19,15 @@ Public API
     golden-output-name→array dict (a list of dicts per rank).
 ``graph_outputs(g, result)``
     An executor's result (returned value name→array) under the golden output names.
-``compare_outputs(g, result, golden)``
-    ``graph_outputs`` then ``goldens.tolerances.compare_layer``: one ``Comparison`` per golden output.
+``compare_outputs(g, result, golden, inputs=None)``
+    ``graph_outputs`` then ``goldens.tolerances.compare_layer``: one ``Comparison`` per golden output; with the
+    run's ``inputs``, buffers are compared on their written rows (``goldens.inputs.written_rows``) and every
+    other row must equal the input.
+
+``subblock_checks(g, values)``
+    Stages of the graph (Sinkhorn comb, hc gates, hc collapse, hc_post, rmsnorm) against the golden's stage on
+    the graph's own stage operands, from a run that kept every value (``runner/subblocks.py``): what a
+    layer-level tolerance cannot see.
 
 It executes nothing but the golden: callers bring the executor (``dspark_ir.interp.run`` or a lowering
 backend), so the runner sits right above ``dspark_ir`` and below ``passes`` (docs/design.md).
@@ -41,8 +48,10 @@ from goldens import inputs as gi
 from goldens import layers as gl
 from goldens.tolerances import Comparison, compare_layer
 
+from .subblocks import subblock_checks
+
 __all__ = ["INPUT_LIMIT_BYTES", "compare_outputs", "golden_outputs", "graph_outputs", "layer_inputs", "regimes",
-           "sample_inputs"]
+           "sample_inputs", "subblock_checks"]
 
 
 def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
@@ -95,9 +104,18 @@ def graph_outputs(g: Graph, result: Any) -> Any:
     return [one(r) for r in result] if isinstance(result, list) else one(result)
 
 
-def compare_outputs(g: Graph, result: Any, golden: Any) -> list[Comparison]:
-    """Every golden output against the executor's `result` for `g`, under the documented tolerances."""
-    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], int(g.symbols.get("S") or 1))
+def compare_outputs(g: Graph, result: Any, golden: Any, inputs: Any = None) -> list[Comparison]:
+    """Every golden output against the executor's `result` for `g`, under the documented tolerances. With the
+    run's `inputs`, every cache and state buffer is compared on the rows the step writes (their slots, from
+    the inputs) and its other rows must come back equal to the input."""
+    written = None
+    if inputs is not None:
+        cfg, kind = layers.graph_config(g), g.attributes["kind"]
+        per_rank = inputs if isinstance(inputs, list) else [inputs]
+        written = [gi.written_rows(kind, cfg, {k: np.asarray(v) for k, v in d.items()}) for d in per_rank]
+        written = written if isinstance(inputs, list) else written[0]
+    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], int(g.symbols.get("S") or 1),
+                         inputs, written)
 
 
 INPUT_LIMIT_BYTES = 8 << 30  # golden inputs above this (all ranks together) are refused instead of allocated

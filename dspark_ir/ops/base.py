@@ -179,6 +179,8 @@ class OpDef:
     collective: ClassVar[bool] = False          # runs across ranks (interpreter gathers all ranks)
     allocates: ClassVar[bool] = False           # results are fresh local buffers (may be updated in place)
     lowers_to: ClassVar[str] = "kernel"         # what a node becomes in the task graph: a key of LOWERS_TO
+    row_sets: ClassVar[bool] = False            # each result row is a set: order within a row is no part of the
+                                                # contract (top-k with tied scores); compare rows sorted
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------

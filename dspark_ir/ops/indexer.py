@@ -225,6 +225,7 @@ class IdxTopk(_IdxOp):
     (topk). `max_visible` is the static bound on visible (visible is capped at it, as in idx_score; the template
     sorts only the first max(k, max_visible) entries); when it is ≤ k the top-k bypass applies."""
     name = "idx_topk"
+    row_sets = True     # tied scores (e.g. two exact 0.0) may come in either order
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}

@@ -81,7 +81,8 @@ def test_make_inputs_is_rank_zero_with_full_weights(tiny):
         np.testing.assert_array_equal(single[name], value, err_msg=name)
 
 
-@pytest.mark.parametrize("regime", ["empty_cmp", "short_cache", "long_cache", "window_boundary", "topk_boundary"])
+@pytest.mark.parametrize("regime", ["empty_cmp", "short_cache", "long_cache", "window_boundary", "topk_boundary",
+                                    "cmp_boundary"])
 def test_regime_positions(tiny, regime):
     lo, hi = start_ranges(tiny)[regime]
     for seed in SEEDS:
@@ -94,6 +95,7 @@ def test_regime_positions(tiny, regime):
             "long_cache": lambda: np.all(visible > tiny.idx_topk),
             "window_boundary": lambda: np.all(np.any(pos == tiny.window - 1, axis=1) & np.any(pos == tiny.window, 1)),
             "topk_boundary": lambda: np.all(np.any(visible == tiny.idx_topk, axis=1)),
+            "cmp_boundary": lambda: np.all(np.any((pos + 1) % tiny.hca_ratio == 0, axis=1)),
         }[regime]
         assert expect()
 

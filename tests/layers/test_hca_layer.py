@@ -72,8 +72,8 @@ def run_case(g, inputs):
     return envs, [{n: e[v.name] for n, v in zip(g.attributes["outputs"], g.returns)} for e in envs]
 
 
-def assert_matches(got, want):
-    bad = [f"{c.name}: {c.detail}" for c in compare_layer(got, want, LAYER) if not c.ok]
+def assert_matches(got, want, seq):
+    bad = [f"{c.name}: {c.detail}" for c in compare_layer(got, want, LAYER, seq) if not c.ok]
     assert not bad, "; ".join(bad)
 
 
@@ -167,7 +167,7 @@ def test_hca_matches_golden(tp, seed, regime):
     g = graph(tp)
     inputs = runner.layer_inputs(g, seed, regime)
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
     cfg = layers.graph_config(g)
     for rank, (inp, env) in enumerate(zip(per_rank(inputs), envs)):
         assert check_stages(cfg, inp, env) == [], f"rank {rank}"
@@ -178,7 +178,7 @@ def test_hca_seq8_matches_golden(seed):
     g = graph(1, seq=8)
     inputs = runner.layer_inputs(g, seed, "default")
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)))
+    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
     assert check_stages(layers.graph_config(g), inputs, envs[0]) == []
 
 

@@ -15,9 +15,22 @@ def test_run_swa_within_tolerance(tp, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (f"dspark run decode-swa · config tiny · tp {tp} · seed 1 · "
                                    "regime window_boundary · backend numpy")
-    assert "x_out" in out and "kv_cache" in out and "reldiff_rows(diff=0.003" in out
-    assert out.rstrip().endswith("outputs within tolerance" + (" (all 4 ranks)" if tp == "4" else ""))
+    assert "x_out" in out and "kv_cache" in out and "rows_channels(diff=0.003" in out
+    assert out.rstrip().endswith("outputs within tolerance" + (" (all 4 ranks)" if tp == "4" else "")
+                                 + ", 7/7 sub-blocks")
     assert "ok: 2/2" in out
+
+
+def test_run_fails_a_fault_only_a_sub_block_sees(monkeypatch, capsys):
+    """Sinkhorn at 19 iterations moves x_out by less than a midpoint flip; the comb sub-block sees it."""
+    from dspark_ir.ops import get_op
+
+    fn = get_op("comb_sinkhorn").reference
+    nineteen = staticmethod(lambda *a, **k: fn(*a, **{**k, "iters": 19}))
+    monkeypatch.setattr(get_op("comb_sinkhorn"), "reference", nineteen)
+    assert main(["run", "decode-swa", "--tp", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "sub-block hc.comb (hc.comb_sinkhorn): FAIL" in out and out.rstrip().endswith("6/7 sub-blocks")
 
 
 def test_run_exits_1_outside_tolerance(monkeypatch, capsys):
