@@ -16,16 +16,17 @@ from .infra.contracts import BITWISE, EXACT_INDICES, Contract, approx, bounded_r
 from .infra.defaults import DEFAULT_PIPELINE
 from .infra.errors import PassError, PipelineError
 from .infra.manager import OptResult, PassManager, PassRun, run_pipeline
+from .infra.options import option
 from .infra.pipeline import Pipeline, format_pass, parse_entries, parse_pipeline
 from .infra.properties import register_property
-from .infra.registry import get_pass, registered_names, summary
+from .infra.registry import describe, get_pass, registered_names, summary
 
 __all__ = [
     "Pass", "RewriteRecord", "Skip", "register_pass", "BisectResult", "bisect_pipeline", "PassContext",
     "BITWISE", "EXACT_INDICES", "Contract", "approx", "bounded_reassoc", "exact_indices", "DEFAULT_PIPELINE",
     "PassError", "PipelineError", "OptResult", "PassManager", "PassRun", "run_pipeline", "Pipeline",
     "format_pass", "parse_entries", "parse_pipeline", "register_property", "get_pass", "registered_names",
-    "summary", "default_pipeline",
+    "describe", "option", "summary", "default_pipeline",
 ]
 
 
