@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -39,6 +40,70 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: $DSPARK_CACHE_DIR/perf-costs, DSPARK_CACHE_DIR defaulting to ~/.cache/dspark)")
 
 
+def add_toggle_arguments(g) -> None:
+    """The pass toggles every command that runs passes takes (opt, ab, estimate): the same names and meaning
+    as PassContext's fields."""
+    g.add_argument("--disable", action="append", default=[], metavar="NAME", help="remove a pass (repeatable, or a,b)")
+    g.add_argument("--enable", action="append", default=[], metavar="NAME[{opts}]",
+                   help="turn on a default-off pass, or append it (repeatable)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these passes (repeatable)")
+    g.add_argument("--pass-option", action="append", default=[], metavar="NAME{k=v}",
+                   help="set options of a pass wherever it runs, e.g. 'split-m-fanout{ways=8}' (repeatable)")
+    g.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
+                   help="import a Python module (or file) that registers extra passes (repeatable)")
+
+
+def pass_options(args: argparse.Namespace) -> dict[str, dict]:
+    """{pass: {option: raw value}} from the --pass-option flags."""
+    from passes import parse_entries
+
+    options: dict[str, dict] = {}
+    for text in args.pass_option:
+        for e in parse_entries(text, "--pass-option"):
+            options.setdefault(e.name, {}).update(dict(e.options))
+    return options
+
+
+def toggle_words(args: argparse.Namespace) -> list[str]:
+    """The toggle flags of add_toggle_arguments, as command-line words (for the Reproduce lines)."""
+    words: list[str] = []
+    for flag in ("plugin", "enable", "disable", "only", "pass_option"):
+        for value in getattr(args, flag, ()):
+            words += [f"--{flag.replace('_', '-')}", value]
+    return words
+
+
+def load_plugins(specs: Sequence[str]) -> None:
+    for spec in specs:
+        load_plugin(spec)
+
+
+def load_plugin(spec: str) -> None:
+    """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
+    directory, like `python -m`) or a path to a .py file."""
+    import importlib.util
+    import sys
+
+    try:
+        if spec.endswith(".py") or os.sep in spec:
+            loader = importlib.util.spec_from_file_location(os.path.basename(spec)[:-3], spec)
+            if loader is None or not os.path.isfile(spec):
+                raise ImportError(f"no such file: {spec}")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[loader.name] = module
+            loader.loader.exec_module(module)
+            return
+        try:
+            importlib.import_module(spec)
+        except ImportError:
+            if os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())
+            importlib.import_module(spec)
+    except ImportError as e:
+        raise UsageError(f"cannot import pass plugin '{spec}': {e}", "--plugin") from None
+
+
 def executor_from_args(args: argparse.Namespace):
     """The executor the flags of add_executor_arguments name (connects to a Dask scheduler)."""
     from perf.executors import make_executor
@@ -50,10 +115,15 @@ def executor_from_args(args: argparse.Namespace):
     return make_executor(args.executor, scheduler=args.scheduler, workers=args.workers, timeout=args.timeout)
 
 
+def is_graph_file(target: str) -> bool:
+    """A target that names a .dsir file rather than a layer."""
+    return target.endswith(".dsir") or Path(target).exists() or "/" in target
+
+
 def load_graph(args: argparse.Namespace) -> Graph:
     """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
     target = args.target
-    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
+    if is_graph_file(target):
         if getattr(args, "ep", None) is not None:
             raise UsageError("applies to a layer name, not a file", "--ep")
         return parse_file(target).entry

@@ -11,7 +11,7 @@ import os
 
 from dspark_ir.text.printer import print_graph
 
-from ..common import UsageError, add_layer_arguments, emit, load_graph
+from ..common import UsageError, add_layer_arguments, add_toggle_arguments, emit, load_graph, load_plugins, pass_options
 
 NAME = "opt"
 HELP = "run a pass pipeline on a graph (mlir-opt style)"
@@ -24,15 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pipeline")
     g.add_argument("-p", "--pipeline", help='pass pipeline, e.g. "canonicalize,cse,split-m-fanout{ways=4}" '
                                             "(default: the default pipeline, see --print-pipeline)")
-    g.add_argument("--disable", action="append", default=[], metavar="NAME", help="remove a pass (repeatable, or a,b)")
-    g.add_argument("--enable", action="append", default=[], metavar="NAME[{opts}]",
-                   help="turn on a default-off pass, or append it (repeatable)")
-    g.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these passes (repeatable)")
-    g.add_argument("--pass-option", action="append", default=[], metavar="NAME{k=v}",
-                   help="set options of a pass wherever it runs, e.g. 'cse{...}' (repeatable)")
+    add_toggle_arguments(g)
     g.add_argument("--no-env", action="store_true", help="ignore DSPARK_DISABLE_PASSES")
-    g.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
-                   help="import a Python module (or file) that registers extra passes (repeatable)")
     g.add_argument("--print-pipeline", action="store_true",
                    help="print the effective pipeline, each entry with why it sits there, and exit")
     c = p.add_argument_group("checks")
@@ -66,13 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def context_from_args(args: argparse.Namespace):
     """The PassContext these flags describe."""
-    from passes import PassContext, parse_entries
+    from passes import PassContext
     from passes.infra.context import REPRO_TEMP
 
-    options: dict[str, dict] = {}
-    for text in args.pass_option:
-        for e in parse_entries(text, "--pass-option"):
-            options.setdefault(e.name, {}).update(dict(e.options))
+    options = pass_options(args)
     if args.bisect_rewrites and args.bisect_limit is None:
         raise UsageError("--bisect-rewrites needs --bisect-limit N")
     repro = args.repro or (None if args.dump_dir else REPRO_TEMP)
@@ -89,8 +79,7 @@ def context_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from passes import run_pipeline
 
-    for module in args.plugin:
-        _load_plugin(module)
+    load_plugins(args.plugin)
     ctx = context_from_args(args)
     if args.print_pipeline:
         print(ctx.describe_pipeline(), end="")
@@ -116,29 +105,3 @@ def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
-
-
-def _load_plugin(spec: str) -> None:
-    """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
-    directory, like `python -m`) or a path to a .py file."""
-    import importlib.util
-    import sys
-
-    try:
-        if spec.endswith(".py") or os.sep in spec:
-            loader = importlib.util.spec_from_file_location(os.path.basename(spec)[:-3], spec)
-            if loader is None or not os.path.isfile(spec):
-                raise ImportError(f"no such file: {spec}")
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[loader.name] = module
-            loader.loader.exec_module(module)
-            return
-        try:
-            importlib.import_module(spec)
-        except ImportError:
-            if os.getcwd() in sys.path:
-                raise
-            sys.path.insert(0, os.getcwd())
-            importlib.import_module(spec)
-    except ImportError as e:
-        raise UsageError(f"cannot import pass plugin '{spec}': {e}", "--plugin") from None
