@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--print-ir-after-all", action="store_true", help="print the graph after every pass (stdout)")
     r.add_argument("--print-ir-after", action="append", default=[], metavar="NAME",
                    help="print the graph after this pass (repeatable)")
+    r.add_argument("--print-ir-before", action="append", default=[], metavar="NAME",
+                   help="print the graph before this pass (repeatable)")
+    r.add_argument("--print-ir-after-change", action="store_true",
+                   help="print the graph only after passes that changed it (alone: after every such pass)")
+    r.add_argument("--pass-stats", action="store_true",
+                   help="per pass: sites matched, rewritten, declined, skipped by reason (stderr)")
     r.add_argument("--explain", action="append", default=[], metavar="NAME",
                    help="say what the pass rewrote and why candidates did not fire (stderr)")
     b = p.add_argument_group("bisection and reproducers")
@@ -71,7 +77,9 @@ def context_from_args(args: argparse.Namespace):
         options=options, use_env=not args.no_env, verify_each=args.verify_each,
         roundtrip_each=args.roundtrip_each, check_numerics=args.check_numerics, seed=args.seed,
         time_passes=args.time_passes, print_ir_after_all=args.print_ir_after_all,
-        print_ir_after=tuple(args.print_ir_after), explain=tuple(args.explain), bisect_limit=args.bisect_limit,
+        print_ir_after=tuple(args.print_ir_after), print_ir_before=tuple(args.print_ir_before),
+        print_ir_after_change=args.print_ir_after_change, pass_stats=args.pass_stats, explain=tuple(args.explain),
+        bisect_limit=args.bisect_limit,
         bisect_rewrites=args.bisect_rewrites, dump_dir=args.dump_dir, dump=args.dump, dump_dot=args.dump_dot,
         dump_svg=args.dump_svg, repro=repro, source=_source(args), plugins=tuple(args.plugin), origin="cli")
 

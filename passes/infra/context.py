@@ -65,6 +65,9 @@ class PassContext:
     time_passes: bool = False
     print_ir_after_all: bool = False
     print_ir_after: Sequence[str] = ()
+    print_ir_before: Sequence[str] = ()
+    print_ir_after_change: bool = False
+    pass_stats: bool = False
     explain: Sequence[str] = ()
     # ---- bisection
     bisect_limit: int | None = None
@@ -84,7 +87,7 @@ class PassContext:
     stderr: TextIO | None = None
 
     def __post_init__(self):
-        for name in ("print_ir_after", "explain", "plugins"):
+        for name in ("print_ir_after", "print_ir_before", "explain", "plugins"):
             value = getattr(self, name)
             items = value.split(",") if isinstance(value, str) else value
             object.__setattr__(self, name, tuple(i.strip() for i in items if i.strip()))
@@ -131,6 +134,7 @@ class PassContext:
     def check_report_names(self) -> None:
         """--print-ir-after and --explain name registered passes (a typo would silently print nothing)."""
         self._names(self.print_ir_after, self._flag("print_ir_after"))
+        self._names(self.print_ir_before, self._flag("print_ir_before"))
         self._names(self.explain, self._flag("explain"))
 
     def cache_key(self, pipeline: str | Pipeline | None = None) -> str:

@@ -270,3 +270,30 @@ def test_input_graph_is_verified_first(tmp_path, capsys):
                                       "%a.out = cast(%a.proj) {to = bf16} : bf16[T,9]"))
     assert run_cli(str(bad)) == 2
     assert "result %a.out has type bf16[T,9] but cast gives bf16[T,8]" in capsys.readouterr().err
+
+
+def test_print_ir_before_and_after_change(src, capsys):
+    assert run_cli(str(src), "--print-ir-before", "cse", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# -----// IR before #2 cse //----- #\ngraph @mini") and out.count("// IR") == 1
+    assert "%a.back" not in out                     # canonicalize (#1) already folded it: the graph cse receives
+    assert run_cli(str(src), "-p", "canonicalize,cse,cse,dce", "--print-ir-after-change", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[4] for line in out.splitlines() if "IR after" in line] == ["#1", "#2", "#4"]  # not #3
+    assert run_cli(str(src), "-p", "canonicalize,cse,cse,dce", "--print-ir-after", "cse",
+                   "--print-ir-after-change", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[4] for line in out.splitlines() if "IR after" in line] == ["#2"]
+    assert run_cli(str(src), "--print-ir-before", "csee", "-o", os.devnull) == 2
+    assert "unknown pass 'csee'" in capsys.readouterr().err
+
+
+def test_pass_stats(src, capsys):
+    assert run_cli(str(src), "-p", "canonicalize,cse,dce,split-m-fanout", "--pass-stats", "-o", os.devnull) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "===- pass statistics -==="
+    assert err[1] == "  #1 canonicalize: 2 matched, 2 rewritten, 0 declined, 0 skipped"
+    assert err[3] == "  #3 dce: 1 matched, 1 rewritten, 0 declined, 0 skipped"
+    assert err[4].startswith("  #4 split-m-fanout: 0 matched, 0 rewritten, 0 declined, 1 skipped")
+    assert err[5].startswith("         1 skipped: ")
+
