@@ -134,6 +134,49 @@ def load_graph(args: argparse.Namespace) -> Graph:
                         seq=getattr(args, "seq", None), **({} if ep is None else {"ep": ep}))
 
 
+NO_PASSES = "none (the graph as given; -p default runs the default pipeline)"
+
+
+def versions() -> dict[str, str | None]:
+    """The versions an output depends on (without importing pypto)."""
+    import platform
+    from importlib import metadata
+
+    from dspark_ir import __version__
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"dspark": __version__, "pypto": version("pypto"), "python": platform.python_version()}
+
+
+def provenance(command: str, ctx=None, pipeline=None) -> dict:
+    """The one provenance record every output carries (dump headers, tasks.json, report.json, ab.json, estimate
+    JSON): the command that reproduces it, the pipeline that ran and the toggles that made it (flags and
+    environment), and versions. `ctx` is the PassContext of the passes that ran, or None when no pass ran
+    (`run`, `lower`, `simulate` without -p)."""
+    record = {"command": command}
+    if ctx is None:
+        record.update({"pipeline": NO_PASSES, "pipeline_key": None, "environment": {}})
+    else:
+        record.update(ctx.provenance(pipeline))
+    record["versions"] = versions()
+    return record
+
+
+def pipeline_provenance(command: str, pipeline: str | None) -> dict:
+    """provenance() of a command whose -p (lower, run, simulate) runs `pipeline` ('default', a pipeline string,
+    or None/''/'none' for no passes) under the current PassContext, as lowering.compile does."""
+    if not pipeline or pipeline.strip() == "none":
+        return provenance(command)
+    from passes import PassContext
+
+    return provenance(command, PassContext.current(), None if pipeline.strip() == "default" else pipeline)
+
+
 class CommandLine:
     """Options turned back into the command line that reproduces a run: the one place that writes the
     `Reproduce:` commands of generated files and reports. Each command adds the options that decide its
@@ -145,6 +188,7 @@ class CommandLine:
 
     def __init__(self, command: str, *words: str):
         self.words = ["dspark", command, *words]
+        self.prefix: list[str] = []
 
     def add(self, *words: str) -> "CommandLine":
         self.words += words
@@ -172,8 +216,16 @@ class CommandLine:
             self.option(f"--{name}", getattr(args, name, None))
         return self
 
+    def environment(self, honoured: bool = True) -> "CommandLine":
+        """Prefix the environment variables that change the pipeline (DSPARK_DISABLE_PASSES=a,b), when set and
+        `honoured` by this command (it ran passes with the environment on)."""
+        value = os.environ.get("DSPARK_DISABLE_PASSES", "").strip()
+        if honoured and value:
+            self.prefix = ["DSPARK_DISABLE_PASSES=" + shlex.quote(value)]     # an assignment: the value is quoted
+        return self
+
     def __str__(self) -> str:
-        return " ".join(shlex.quote(w) for w in self.words)
+        return " ".join([*self.prefix, *(shlex.quote(w) for w in self.words)])
 
 
 def emit(text: str, out: str | None) -> None:

@@ -24,8 +24,18 @@ from pathlib import Path
 
 from dspark_ir.fsutil import AtomicOutputDir
 
-from ..common import (CommandLine, UsageError, add_executor_arguments, add_toggle_arguments, executor_from_args,
-                      is_graph_file, load_plugins, pass_options, toggle_words)
+from ..common import (
+    CommandLine,
+    UsageError,
+    add_executor_arguments,
+    add_toggle_arguments,
+    executor_from_args,
+    is_graph_file,
+    load_plugins,
+    pass_options,
+    toggle_words,
+    versions,
+)
 
 NAME = "ab"
 HELP = "A/B matrix of the passes: estimated latency, Δ%%, roofline ratio, plots"
@@ -186,7 +196,8 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
         report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run{where}, {source.hits} "
                             f"cache hits (cache {source.cache})")
     written = [out.write_text("ab.md", report.markdown()),
-               out.write_text("ab.json", json.dumps(report.to_json(), indent=1, default=str) + "\n")]
+               out.write_text("ab.json", json.dumps({**report.to_json(), "provenance": _provenance(args, vlist)},
+                                                    indent=1, default=str) + "\n")]
     if not args.no_traces:
         for c in report.cases:
             for name in ("all-off", "default"):
@@ -202,6 +213,17 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     shown = [str(out.shown / Path(w).relative_to(out.root)) for w in written[:3]]     # the paths after the swap
     print(f"wrote {', '.join(shown)}{' …' if len(written) > 3 else ''} ({len(written)} files)")
     return 0
+
+
+def _provenance(args, vlist) -> dict:
+    """ab.json's provenance record: every variant's effective pipeline (the environment is not applied: each
+    variant says what it runs), the toggles from the flags, versions."""
+    record = {"command": command_line(args), "environment": {}, "environment_note": "variants ignore "
+              "DSPARK_DISABLE_PASSES", "enabled": list(args.enable), "disabled": list(args.disable),
+              "only": list(args.only), "options": list(args.pass_option), "plugins": list(args.plugin),
+              "variants": {v.name: str(v.context().effective_pipeline()) for v in vlist}}
+    record["versions"] = versions()
+    return record
 
 
 def _file_notes(files) -> list[str]:

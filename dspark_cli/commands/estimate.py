@@ -24,6 +24,7 @@ from ..common import (
     load_graph,
     load_plugins,
     pass_options,
+    provenance,
     toggle_words,
 )
 
@@ -52,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def command_line(args: argparse.Namespace) -> str:
     line = CommandLine("estimate", args.target).layer(args).option("-p", args.pipeline)
     line.add(*toggle_words(args)).flag("--no-env", args.no_env).option("--source", args.source)
-    line.flag("--offline", args.offline)
+    line.flag("--offline", args.offline).environment(not args.no_env)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     return str(line)
@@ -87,13 +88,15 @@ def run(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.close()
     print(est.summary())
-    print(f"pipeline: {pipeline or 'none'} (key {pipeline.key}); cost source: {source.name}")
+    env = "".join(f"; {k}={v}" for k, v in ctx.environment().items())
+    print(f"pipeline: {pipeline or 'none'} (key {pipeline.key}{env}); cost source: {source.name}")
     if args.kernels:
         print(kernel_table(est, args.kernels))
     print(f"Reproduce: {command_line(args)}")
     if args.json:
         record = {"schema": "dspark-estimate/1", "command": command_line(args), "pipeline": str(pipeline),
-                  "pipeline_key": pipeline.key, "source": source.name, **est.to_json()}
+                  "pipeline_key": pipeline.key, "source": source.name,
+                  "provenance": provenance(command_line(args), ctx), **est.to_json()}
         emit(json.dumps(record, indent=1, default=str) + "\n", args.json)
     return 0
 

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a FILE or LAYER to optimise (or --print-pipeline)")
     result = run_pipeline(load_graph(args), ctx=ctx)
     header = [f"dspark opt -p {_quote(str(result.pipeline))} · cache key {result.cache_key}"]
+    header += [f"environment: {k}={v} (passes it disabled are not in -p above)" for k, v in ctx.environment().items()]
     emit(print_graph(result.graph, header), args.output)
     return 0
 

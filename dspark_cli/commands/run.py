@@ -16,7 +16,7 @@ import argparse
 import importlib
 from typing import Any, Callable
 
-from ..common import UsageError, add_target_arguments, load_graph
+from ..common import NO_PASSES, UsageError, add_target_arguments, load_graph
 
 NAME = "run"
 HELP = "run a layer against its golden and report errors"
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     result = backend(args.backend)(g, inputs)
     a = g.attributes
     ep = f" · ep {a['ep']}" if "ep" in a else ""
-    piped = f" · pipeline {pipeline}" if pipeline else ""
+    piped = f" · pipeline {pipeline}" if pipeline else f" · pipeline {NO_PASSES}"
     print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']}{ep} · seed {args.seed} · "
           f"regime {args.regime}{piped} · backend {args.backend}")
     print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")

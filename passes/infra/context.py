@@ -229,6 +229,24 @@ class PassContext:
                     "options": "--pass-option"}.get(field_name, f"--{field_name.replace('_', '-')}")
         return f"PassContext({field_name})"
 
+    # ---- provenance (every output's record of what ran) ----------------------------------------------
+    def environment(self) -> dict[str, str]:
+        """The environment variables that changed this context's pipeline: {DSPARK_DISABLE_PASSES: value} when
+        it is set and honoured (use_env), else {}."""
+        value = os.environ.get(ENV_DISABLE, "").strip()
+        return {ENV_DISABLE: value} if self.use_env and value else {}
+
+    def provenance(self, pipeline: str | Pipeline | None = None) -> dict[str, Any]:
+        """The pass side of an output's provenance record: the effective pipeline and its key, and the toggles
+        that made it, from arguments and from the environment."""
+        effective = self.effective_pipeline(pipeline)
+        base = self.pipeline if pipeline is None else pipeline
+        return {"pipeline": str(effective), "pipeline_key": effective.key,
+                "base": "default" if base is None else str(base),
+                "enabled": [str(e) for e in self.enabled], "disabled": list(self.disabled), "only": list(self.only),
+                "options": {name: {k: str(v) for k, v in opts.items()} for name, opts in self.options.items()},
+                "environment": self.environment(), "plugins": list(self.plugins)}
+
     # ---- the pipeline table (dspark opt --print-pipeline) -------------------------------------------
     def describe_pipeline(self, pipeline: str | Pipeline | None = None) -> str:
         slots = self.slots(pipeline)
