@@ -82,9 +82,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_executor_arguments(p)
 
 
+def shape(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(TP, B, S): the flags, else the config's (flash: 4, 16, 8; tiny: 2, 4, 4)."""
+    from goldens.config import config_by_name
+
+    config = config_by_name(args.config)
+    return tuple(getattr(args, k) if getattr(args, k) is not None else getattr(config, k)  # type: ignore[return-value]
+                 for k in ("tp", "batch", "seq"))
+
+
 def command_line(args: argparse.Namespace) -> str:
-    line = CommandLine("ab", *args.layers)
-    for flag in ("config", "tp", "batch", "seq", "csa_context", "hca_context", "source"):
+    line = CommandLine("ab", *args.layers).option("--config", args.config)
+    for flag, value in zip(("--tp", "--batch", "--seq"), shape(args)):     # as run, whatever the config's defaults
+        line.option(flag, value)
+    for flag in ("csa_context", "hca_context", "source"):
         line.option("--" + flag.replace("_", "-"), getattr(args, flag))
     line.add(*(f"-p={text}" for text in args.pipeline))         # "-p=-PASS": a value may start with "-"
     line.add(*toggle_words(args))
@@ -97,13 +108,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def _cases(args):
-    from goldens.config import config_by_name
     from perf.ab import Case, Shape
 
     layers = args.layers or list(DEFAULT_LAYERS)
-    config = config_by_name(args.config)
-    tp, batch, seq = (getattr(args, k) if getattr(args, k) is not None else getattr(config, k)
-                      for k in ("tp", "batch", "seq"))          # the config's shape unless given (tiny: TP2 B4 S4)
+    tp, batch, seq = shape(args)
     cases = []
     for layer in layers:
         if is_graph_file(layer):

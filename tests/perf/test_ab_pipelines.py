@@ -20,8 +20,9 @@ def ab(tmp_path, *argv):
 
 
 def test_config_tiny_runs_at_tiny_shape(tmp_path):
-    doc, _ = ab(tmp_path, "decode-swa", "--config", "tiny", "-p", "none")
+    doc, md = ab(tmp_path, "decode-swa", "--config", "tiny", "-p", "none")
     assert doc["cases"][0]["shape"] == "tiny TP=2 B=4 S=4"
+    assert "dspark ab decode-swa --config tiny --tp 2 --batch 4 --seq 4 " in md      # the reproduce line
     doc, _ = ab(tmp_path, "decode-swa", "--config", "tiny", "--batch", "2", "-p", "none")
     assert doc["cases"][0]["shape"] == "tiny TP=2 B=2 S=4"
 
