@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="estimate exactly these pipelines, the first the A/B reference: default, none, all-off, "
                         "cleanup, -PASS (write -p=-PASS), +PASS, step:N or a pipeline string such as "
                         "'canonicalize,split-m-fanout{ways=8},dce' (repeatable; default: the toggle matrix)")
+    g.add_argument("--a", metavar="PIPELINE", help="the A side of an A/B of two pipelines (the same as the first -p)")
+    g.add_argument("--b", metavar="PIPELINE", help="the B side (the same as a second -p)")
     add_toggle_arguments(g)
     p.add_argument("--csa-context", type=int, default=256, metavar="N",
                    help="max_context of decode-csa (default 256: the seed's published 16 x 256 case; the static "
@@ -142,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
+    if (args.a is None) != (args.b is None):
+        raise UsageError("give both --a and --b (or -p A -p B)", "--a/--b")
+    if args.a is not None:
+        args.pipeline = [args.a, args.b, *args.pipeline]
     from perf.ab import Toggles, optimisation_passes, run_ab, variants
     from perf.costs import PyptoCosts, RooflineCosts
     from perf.schedule import ScheduleParams

@@ -94,3 +94,11 @@ def test_estimate_pipeline_options_and_plugins(capsys):
     assert "pipeline: canonicalize,split-m-fanout{ways=2},dce,planted-options{ways=3}" in capsys.readouterr().out
     assert main(["estimate", "decode-swa", "-p", "split-m-fanout{ways=-2}"]) == 2
     assert "option 'ways' must be >= 1, got -2" in capsys.readouterr().err
+
+
+def test_a_b_flags_are_the_first_two_pipelines(tmp_path, capsys):
+    doc, md = ab(tmp_path, "decode-swa", "--config", "tiny", "--a", "none", "--b", "split-m-fanout{ways=8}")
+    assert doc["compare"] == ["none", "split-m-fanout{ways=8}"]
+    assert "-p=none '-p=split-m-fanout{ways=8}'" in md                 # reproduced as -p
+    assert main(["ab", "decode-swa", "--a", "none", *FAST, "-o", str(tmp_path / "x")]) == 2
+    assert "give both --a and --b" in capsys.readouterr().err
