@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -57,6 +58,70 @@ def progress_bars(args: argparse.Namespace, unit: str):
     return lambda total: tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
+def add_toggle_arguments(g) -> None:
+    """The pass toggles every command that runs passes takes (opt, ab, estimate): the same names and meaning
+    as PassContext's fields."""
+    g.add_argument("--disable", action="append", default=[], metavar="NAME", help="remove a pass (repeatable, or a,b)")
+    g.add_argument("--enable", action="append", default=[], metavar="NAME[{opts}]",
+                   help="turn on a default-off pass, or append it (repeatable)")
+    g.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these passes (repeatable)")
+    g.add_argument("--pass-option", action="append", default=[], metavar="NAME{k=v}",
+                   help="set options of a pass wherever it runs, e.g. 'split-m-fanout{ways=8}' (repeatable)")
+    g.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
+                   help="import a Python module (or file) that registers extra passes (repeatable)")
+
+
+def pass_options(args: argparse.Namespace) -> dict[str, dict]:
+    """{pass: {option: raw value}} from the --pass-option flags."""
+    from passes import parse_entries
+
+    options: dict[str, dict] = {}
+    for text in args.pass_option:
+        for e in parse_entries(text, "--pass-option"):
+            options.setdefault(e.name, {}).update(dict(e.options))
+    return options
+
+
+def toggle_words(args: argparse.Namespace) -> list[str]:
+    """The toggle flags of add_toggle_arguments, as command-line words (for the Reproduce lines)."""
+    words: list[str] = []
+    for flag in ("plugin", "enable", "disable", "only", "pass_option"):
+        for value in getattr(args, flag, ()):
+            words += [f"--{flag.replace('_', '-')}", value]
+    return words
+
+
+def load_plugins(specs: Sequence[str]) -> None:
+    for spec in specs:
+        load_plugin(spec)
+
+
+def load_plugin(spec: str) -> None:
+    """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
+    directory, like `python -m`) or a path to a .py file."""
+    import importlib.util
+    import sys
+
+    try:
+        if spec.endswith(".py") or os.sep in spec:
+            loader = importlib.util.spec_from_file_location(os.path.basename(spec)[:-3], spec)
+            if loader is None or not os.path.isfile(spec):
+                raise ImportError(f"no such file: {spec}")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[loader.name] = module
+            loader.loader.exec_module(module)
+            return
+        try:
+            importlib.import_module(spec)
+        except ImportError:
+            if os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())
+            importlib.import_module(spec)
+    except ImportError as e:
+        raise UsageError(f"cannot import pass plugin '{spec}': {e}", "--plugin") from None
+
+
 def executor_from_args(args: argparse.Namespace):
     """The executor the flags of add_executor_arguments name (connects to a Dask scheduler)."""
     from perf.executors import make_executor
@@ -68,12 +133,17 @@ def executor_from_args(args: argparse.Namespace):
     return make_executor(args.executor, scheduler=args.scheduler, workers=args.workers, timeout=args.timeout)
 
 
+def is_graph_file(target: str) -> bool:
+    """A target that names a .dsir file rather than a layer."""
+    return target.endswith(".dsir") or Path(target).exists() or "/" in target
+
+
 def load_graph(args: argparse.Namespace) -> Graph:
     """A graph from a .dsir path (the entry graph) or a layer name built with --config/--tp."""
     from dspark_ir import parse_file
 
     target = args.target
-    if target.endswith(".dsir") or Path(target).exists() or "/" in target:
+    if is_graph_file(target):
         if getattr(args, "ep", None) is not None:
             raise UsageError("applies to a layer name, not a file", "--ep")
         return parse_file(target).entry
@@ -82,6 +152,49 @@ def load_graph(args: argparse.Namespace) -> Graph:
     ep = getattr(args, "ep", None)
     return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
                         seq=getattr(args, "seq", None), **({} if ep is None else {"ep": ep}))
+
+
+NO_PASSES = "none (the graph as given; -p default runs the default pipeline)"
+
+
+def versions() -> dict[str, str | None]:
+    """The versions an output depends on (without importing pypto)."""
+    import platform
+    from importlib import metadata
+
+    from dspark_ir import __version__
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"dspark": __version__, "pypto": version("pypto"), "python": platform.python_version()}
+
+
+def provenance(command: str, ctx=None, pipeline=None) -> dict:
+    """The one provenance record every output carries (dump headers, tasks.json, report.json, ab.json, estimate
+    JSON): the command that reproduces it, the pipeline that ran and the toggles that made it (flags and
+    environment), and versions. `ctx` is the PassContext of the passes that ran, or None when no pass ran
+    (`run`, `lower`, `simulate` without -p)."""
+    record = {"command": command}
+    if ctx is None:
+        record.update({"pipeline": NO_PASSES, "pipeline_key": None, "environment": {}})
+    else:
+        record.update(ctx.provenance(pipeline))
+    record["versions"] = versions()
+    return record
+
+
+def pipeline_provenance(command: str, pipeline: str | None) -> dict:
+    """provenance() of a command whose -p (lower, run, simulate) runs `pipeline` ('default', a pipeline string,
+    or None/''/'none' for no passes) under the current PassContext, as lowering.compile does."""
+    if not pipeline or pipeline.strip() == "none":
+        return provenance(command)
+    from passes import PassContext
+
+    return provenance(command, PassContext.current(), None if pipeline.strip() == "default" else pipeline)
 
 
 class CommandLine:
@@ -95,6 +208,7 @@ class CommandLine:
 
     def __init__(self, command: str, *words: str):
         self.words = ["dspark", command, *words]
+        self.prefix: list[str] = []
 
     def add(self, *words: str) -> "CommandLine":
         self.words += words
@@ -122,8 +236,16 @@ class CommandLine:
             self.option(f"--{name}", getattr(args, name, None))
         return self
 
+    def environment(self, honoured: bool = True) -> "CommandLine":
+        """Prefix the environment variables that change the pipeline (DSPARK_DISABLE_PASSES=a,b), when set and
+        `honoured` by this command (it ran passes with the environment on)."""
+        value = os.environ.get("DSPARK_DISABLE_PASSES", "").strip()
+        if honoured and value:
+            self.prefix = ["DSPARK_DISABLE_PASSES=" + shlex.quote(value)]     # an assignment: the value is quoted
+        return self
+
     def __str__(self) -> str:
-        return " ".join(shlex.quote(w) for w in self.words)
+        return " ".join([*self.prefix, *(shlex.quote(w) for w in self.words)])
 
 
 def emit(text: str, out: str | None) -> None:

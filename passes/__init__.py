@@ -19,10 +19,11 @@ _HOME = {
         "infra.contracts"),
     **dict.fromkeys(["DEFAULT_PIPELINE"], "infra.defaults"),
     **dict.fromkeys(["PassError", "PipelineError"], "infra.errors"),
+    **dict.fromkeys(["option"], "infra.options"),
     **dict.fromkeys(["OptResult", "PassManager", "PassRun", "run_pipeline"], "infra.manager"),
     **dict.fromkeys(["Pipeline", "format_pass", "parse_entries", "parse_pipeline"], "infra.pipeline"),
     **dict.fromkeys(["register_property"], "infra.properties"),
-    **dict.fromkeys(["get_pass", "registered_names", "summary"], "infra.registry"),
+    **dict.fromkeys(["describe", "get_pass", "registered_names", "summary"], "infra.registry"),
 }
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
     "BITWISE", "EXACT_INDICES", "Contract", "approx", "bounded_reassoc", "exact_indices", "DEFAULT_PIPELINE",
     "PassError", "PipelineError", "OptResult", "PassManager", "PassRun", "run_pipeline", "Pipeline",
     "format_pass", "parse_entries", "parse_pipeline", "register_property", "get_pass", "registered_names",
-    "summary", "default_pipeline",
+    "describe", "option", "summary", "default_pipeline",
 ]
 
 

@@ -61,6 +61,7 @@ class Canonicalize(Pass):
     """
 
     name = "canonicalize"
+    origin = "ours: cleanup every matcher relies on (no seed counterpart)"
     contract = BITWISE
     guarantees = frozenset({"canonical"})
 

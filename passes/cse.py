@@ -37,6 +37,7 @@ class CSE(Pass):
     """
 
     name = "cse"
+    origin = "ours: cleanup (no seed counterpart)"
     contract = BITWISE
     guarantees = frozenset({"no-common-subexpressions"})
     preserves = frozenset({"canonical"})

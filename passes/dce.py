@@ -21,6 +21,7 @@ class DCE(Pass):
     """
 
     name = "dce"
+    origin = "ours: cleanup (no seed counterpart)"
     contract = BITWISE
     guarantees = frozenset({"no-dead-nodes"})
     preserves = frozenset({"canonical", "no-common-subexpressions"})

@@ -9,6 +9,7 @@ from dspark_ir.ops.qkv import QprojDequantRmsNopeRope
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import set_attrs
 
 
@@ -29,9 +30,10 @@ class DequantWorkers(Pass):
     """
 
     name = "dequant-workers"
+    origin = "a later public pypto-lib form (qkv_proj_rope Q_DEQUANT_WORKERS)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    workers: int = policy.DEQUANT_WORKERS
+    workers: int = option(policy.DEQUANT_WORKERS, min=1)
 
     def match(self, g: Graph):
         for node in g.topo_order():

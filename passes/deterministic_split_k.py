@@ -64,6 +64,7 @@ class DeterministicSplitK(Pass):
     """
 
     name = "deterministic-split-k"
+    origin = "seed PR #982 (dspark-model.md §6(f)): ordered split-K partials"
     contract = bounded_reassoc(3)
     fixpoint = False     # one sweep: a rewrite creates no new candidate (so --explain shows the input's skips)
     targets: Literal["hc", "all"] = "hc"

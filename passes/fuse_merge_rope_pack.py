@@ -9,6 +9,7 @@ from dspark_ir.ops.sparse import HcaStreamMerge, HcaStreamMergePack, HcaStreamPa
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
 
 
@@ -46,8 +47,9 @@ class FuseMergeRopePack(Pass):
     """
 
     name = "fuse-merge-rope-pack"
+    origin = "seed PR (dspark-model.md §6(c)): hca_stream_merge_pack, MERGE_WORKERS = 48"
     contract = BITWISE
-    workers: int = policy.MERGE_WORKERS
+    workers: int = option(policy.MERGE_WORKERS, min=1)
 
     def match(self, g: Graph):
         for node in g.topo_order():
@@ -78,8 +80,6 @@ class FuseMergeRopePack(Pass):
 
     def _pair(self, g: Graph, merge: Node) -> Site | str:
         """The merge's pack partner and head tile, or why the pair cannot be fused."""
-        if self.workers < 1:
-            return f"workers must be at least 1, got {self.workers}"
         heads = merge.result
         if is_returned(g, merge):
             return f"the f32 stream heads %{heads.name} are returned by the graph: they must stay in memory"

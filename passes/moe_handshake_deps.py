@@ -65,6 +65,7 @@ class MoeHandshakeDeps(Pass):
     """
 
     name = "moe-handshake-deps"
+    origin = "seed PR #982 (dspark-model.md §6(g)): MoE handshake deps"
     contract = BITWISE
     fixpoint = False     # one sweep: the one-notify barrier is made without AER, nothing else creates a site
     barrier_notifiers: tuple[str, ...] = (Combine.name,)   # op kinds, by name (a pass option)

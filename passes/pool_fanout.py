@@ -10,6 +10,7 @@ from dspark_ir.ops.compressor import CmpScatterSoftmaxPool
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, not_one_block, set_attrs
 
 
@@ -40,9 +41,10 @@ class PoolFanout(Pass):
     """
 
     name = "pool-fanout"
+    origin = "a later public pypto-lib form (decode_compressor POOL_REQUEST_TILE)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    requests: int = policy.POOL_REQUESTS
+    requests: int = option(policy.POOL_REQUESTS, min=1)
 
     def match(self, g: Graph):
         for node in g.topo_order():
@@ -60,8 +62,6 @@ class PoolFanout(Pass):
 
     def _check(self, g: Graph, node: Node) -> Site | str:
         """The site, or why this pool is not one."""
-        if self.requests < 1:
-            return f"requests = {self.requests} is not a request count"
         if "tile" in node.attrs:
             return f"already {node.attrs['tile'][0]} request(s) per block"
         refusal = not_one_block(g, node)

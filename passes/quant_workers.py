@@ -10,6 +10,7 @@ from dspark_ir.ops.oproj import QuantRows
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, not_one_block, selected, set_attrs
 
 GROUP_SUFFIX = re.compile(r"\.g\d+$")     # the layers name one task per local O group: `tp_o_a_quant.g0`
@@ -43,10 +44,11 @@ class QuantWorkers(Pass):
     """
 
     name = "quant-workers"
+    origin = "a later public pypto-lib form (decode_o_proj O_A_QUANT_WORKERS)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    workers: int = policy.QUANT_WORKERS
-    rows: int = policy.QUANT_ROWS
+    workers: int = option(policy.QUANT_WORKERS, min=1)
+    rows: int = option(policy.QUANT_ROWS, min=1)
     ops: tuple[str, ...] = policy.QUANT_OPS
 
     def match(self, g: Graph):

@@ -46,6 +46,7 @@ class RetiledCse(Pass):
     """
 
     name = "retiled-cse"
+    origin = "ours: an extension of cse to tiling-only differences (off by default; not in the seed)"
     contract = BITWISE
     ops: tuple[str, ...] = policy.RETILED_CSE_OPS
 

@@ -10,6 +10,7 @@ from dspark_ir.ops.core import Matmul
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, selected, set_attrs
 
 
@@ -51,10 +52,11 @@ class SplitMFanout(Pass):
     """
 
     name = "split-m-fanout"
+    origin = "seed PR (dspark-model.md §6(d)): KV_OM, the kv_proj M-tile fan-out"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
-    ways: int = policy.SPLIT_M_WAYS
-    cores: int = policy.SPLIT_M_CORES
+    ways: int = option(policy.SPLIT_M_WAYS, min=1)
+    cores: int = option(policy.SPLIT_M_CORES, min=1)
     ops: tuple[str, ...] = policy.SPLIT_M_OPS
 
     def match(self, g: Graph):

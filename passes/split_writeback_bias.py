@@ -11,6 +11,7 @@ from dspark_ir.ops.sparse import KvCacheWriteback
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, replace_node, set_deps
 
 
@@ -49,8 +50,9 @@ class SplitWritebackBias(Pass):
     """
 
     name = "split-writeback-bias"
+    origin = "seed PR (dspark-model.md §6(e)): the SWA writeback / valid-bias fission"
     contract = BITWISE
-    tile_rows: int = 0
+    tile_rows: int = option(0, min=0)
 
     def match(self, g: Graph):
         for node in g.topo_order():

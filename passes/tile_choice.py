@@ -10,6 +10,7 @@ from dspark_ir.hardware import HARDWARE
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, selected, set_attrs
 
 
@@ -49,11 +50,12 @@ class TileChoice(Pass):
     """
 
     name = "tile-choice"
+    origin = "ours: a GM-traffic model of matmul M tiles (perf A/B; not in the seed)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
     ops: tuple[str, ...] = policy.TILE_CHOICE_OPS
-    max_m_tile: int = policy.TILE_CHOICE_MAX_M
-    min_gain: float = policy.TILE_CHOICE_MIN_GAIN
+    max_m_tile: int = option(policy.TILE_CHOICE_MAX_M, min=1)
+    min_gain: float = option(policy.TILE_CHOICE_MIN_GAIN, min=1.0)
 
     def match(self, g: Graph):
         for node in g.topo_order():

@@ -76,6 +76,7 @@ class TopkBypass(Pass):
     """
 
     name = "topk-bypass"
+    origin = "seed PR (dspark-model.md §6(a)): the CSA indexer top-k bypass"
     contract = exact_indices(rtol=ROW_MAX, atol=ROW_MAX)
     mode: Literal["guarded", "static"] = "guarded"
 

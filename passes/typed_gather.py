@@ -48,6 +48,7 @@ class TypedGather(Pass):
     """
 
     name = "typed-gather"
+    origin = "seed PR (dspark-model.md §6(b)): consumers read the exchange window"
     contract = BITWISE
 
     def match(self, g: Graph):

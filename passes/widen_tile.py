@@ -10,6 +10,7 @@ from dspark_ir.graph import Graph, Node, Value
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, register_pass
 from .infra.contracts import BITWISE
+from .infra.options import option
 from .infra.rewriting import match_or_skip, selected
 
 WORK_F32_ROWS = 2   # hidden f32 working rows per tile row (squares, normalised values) in the UB estimate
@@ -50,12 +51,13 @@ class WidenTile(Pass):
     """
 
     name = "widen-tile"
+    origin = "seed PR (dspark-model.md §6(d)): KV_RMS_T_TILE 8 -> 16"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
     ops: tuple[str, ...] = policy.WIDEN_OPS
-    min_rows: int = policy.WIDEN_MIN_ROWS
-    factor: int = policy.WIDEN_FACTOR
-    max_ub_bytes: int = policy.WIDEN_MAX_UB_BYTES
+    min_rows: int = option(policy.WIDEN_MIN_ROWS, min=1)
+    factor: int = option(policy.WIDEN_FACTOR, min=2)
+    max_ub_bytes: int = option(policy.WIDEN_MAX_UB_BYTES, min=1)
     follow: tuple[str, ...] = policy.WIDEN_FOLLOW
 
     def match(self, g: Graph):

@@ -62,31 +62,71 @@ class Shape:
 
 @dataclass(frozen=True)
 class Case:
-    layer: str
+    layer: str                      # a layer name, or the file name of a .dsir graph (`path`)
     shape: Shape = Shape()
+    path: str = ""                  # a .dsir file: its entry graph, as written (the shape does not apply)
 
     def label(self) -> str:
-        return f"{self.layer} [{self.shape.label()}]"
+        return self.layer if self.path else f"{self.layer} [{self.shape.label()}]"
 
     def build(self):
+        if self.path:
+            from dspark_ir import parse_file
+
+            return parse_file(self.path).entry
         from dspark_ir import layers
 
         s = self.shape
         return layers.build(self.layer, config=s.config, tp=s.tp, batch=s.batch, seq=s.seq, **dict(s.params))
 
+    @staticmethod
+    def of_file(path: str) -> "Case":
+        import os
+
+        return Case(os.path.basename(path), path=path)
+
 
 @dataclass(frozen=True)
 class Variant:
     name: str
-    kind: str                       # off | default | cleanup | seed | loo | aoi | step | case
+    kind: str                       # off | none | default | cleanup | seed | loo | aoi | step | case | pipeline
     pass_name: str = ""
     ctx: tuple[tuple[str, Any], ...] = ()
 
     def context(self):
         from passes import PassContext
 
-        kw = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.ctx}
+        kw = {k: (dict(v) if k == "options" else list(v) if isinstance(v, tuple) else v) for k, v in self.ctx}
         return PassContext(use_env=False, verify_each=False, **kw)
+
+    def toggled(self, toggles: "Toggles") -> "Variant":
+        """This variant with the toggles of the command line added (all-off stays all off). An --enable of a
+        pass this variant disables (its leave-one-out) is dropped for it."""
+        if self.kind in ("off", "none") or not toggles:
+            return self
+        ctx = dict(self.ctx)
+        own_off = set(ctx.get("disabled", ()))
+        enabled = tuple(e for e in toggles.enabled if e.split("{", 1)[0].strip() not in own_off)
+        ctx["enabled"] = tuple(ctx.get("enabled", ())) + enabled
+        ctx["disabled"] = tuple(ctx.get("disabled", ())) + tuple(toggles.disabled)
+        if toggles.only:
+            ctx["only"] = tuple(ctx.get("only", ())) + tuple(toggles.only)
+        if toggles.options:
+            ctx["options"] = tuple(toggles.options)
+        return replace(self, ctx=tuple((k, v) for k, v in ctx.items() if v != ()))
+
+
+@dataclass(frozen=True)
+class Toggles:
+    """Pass toggles of the command line applied to every variant (`dspark ab --enable X --pass-option 'p{k=v}'`)."""
+
+    enabled: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()     # (pass, {option: value}) pairs
+
+    def __bool__(self) -> bool:
+        return bool(self.enabled or self.disabled or self.only or self.options)
 
 
 def pipeline_names() -> list[str]:
@@ -195,6 +235,7 @@ class ABReport:
     source: str
     params: ScheduleParams
     notes: list[str] = field(default_factory=list)
+    compare: list[str] = field(default_factory=list)    # an A/B of pipelines: variant names, the reference first
 
     # ---- text ------------------------------------------------------------------------------------
     def markdown(self, kernels: int = 12) -> str:
@@ -285,6 +326,11 @@ class ABReport:
             out.append(f"- stage `{c.stage_name}` alone (tasks {', '.join(c.stage_globs)}; scheduled by themselves, "
                        f"inputs ready at 0, the scope of a seed's isolated kernel benchmark): all-off {off:.1f} µs "
                        f"({n_off} tasks) → default {on:.1f} µs ({n_on} tasks){pct}")
+        compared = [n for n in self.compare if n in c.results]
+        if len(compared) > 1:
+            ref = c.results[compared[0]]
+            out.append(f"\n**A/B against `{compared[0]}`** ({ref.latency_us:.1f} µs): " + "; ".join(
+                f"`{n}` {c.latency(n):.1f} µs ({_pct(c.delta(n, compared[0]))})" for n in compared[1:]))
         held = _holding_back(c)
         if held:
             out.append("- on the default critical path (kernels common to both variants, alone µs / roofline ×): "
@@ -334,7 +380,7 @@ class ABReport:
                              "hop_cycles": self.params.hop_cycles, "dispatchers": self.params.dispatchers,
                              "block_dispatch_cycles": self.params.block_dispatch_cycles,
                              "launch_cycles": self.params.launch_cycles},
-                "notes": self.notes, "cases": cases}
+                "notes": self.notes, "compare": self.compare, "cases": cases}
 
     # ---- plots -----------------------------------------------------------------------------------
     def plots(self, out_dir) -> list[str]:

@@ -65,7 +65,8 @@ def onoff_bars(report, out_dir) -> str | None:
     plt = _plt()
     fig, axes = plt.subplots(1, len(report.cases), figsize=(4.5 * len(report.cases), 4.5), squeeze=False)
     for ax, case in zip(axes[0], report.cases):
-        names = [n for n, r in case.results.items() if r.variant.kind in ("off", "default", "loo", "cleanup")]
+        shown = ("off", "none", "default", "loo", "cleanup", "pipeline")
+        names = [n for n, r in case.results.items() if r.variant.kind in shown]
         values = [case.latency(n) for n in names]
         colors = ["#7f8c8d" if n == "all-off" else "#2980b9" if n == "default" else "#bdc3c7" for n in names]
         ax.bar(range(len(names)), values, color=colors)

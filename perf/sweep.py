@@ -75,11 +75,14 @@ def parse_param(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def pipeline_variant(spec: str) -> Variant:
-    """A named A/B variant (default, all-off, cleanup, -PASS, +PASS, step:N) or a pass pipeline string."""
+    """A named A/B variant (default, all-off, cleanup, -PASS, +PASS, step:N), `none` (no passes: the graph as
+    built or written) or a pass pipeline string."""
     spec = spec.strip()
     named = {v.name: v for v in variants()}
     if spec in named:
         return named[spec]
+    if spec == "none":
+        return Variant("none", "none", ctx=(("pipeline", ""),))
     if spec[:1] in "-+" or spec.startswith("step:"):
         raise SweepError(f"-p: '{spec}' names no A/B variant (known: all-off, default, cleanup, -PASS, +PASS, "
                          "step:N with PASS an optimisation pass of the default pipeline)")

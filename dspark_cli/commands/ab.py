@@ -1,4 +1,10 @@
-"""Estimated layer latency per pass configuration: all on, all off, leave-one-out, add-one-in.
+"""Estimated layer latency per pass configuration: all on, all off, leave-one-out, add-one-in; or an A/B of
+pipelines (`-p A -p B`) or of graphs (`dspark ab before.dsir after.dsir -p none`).
+
+Targets are layer names or .dsir files. Without -p, each target gets the toggle matrix of the default pipeline;
+with -p (repeatable: default, none, all-off, cleanup, -PASS, +PASS, step:N or a pipeline string with options),
+exactly those pipelines, the first being the reference of the A/B line. --enable/--disable/--only/--pass-option
+apply to every variant but all-off, --plugin loads passes first (as in `dspark opt`).
 
 For each layer (at one shape: config, TP, batch, S, cache lengths) every variant of the pass pipeline
 (perf/ab.py) is lowered and estimated: per-kernel cycles from pypto's cost model (cached by kernel source
@@ -23,7 +29,18 @@ from pathlib import Path
 
 from dspark_ir.fsutil import AtomicOutputDir
 
-from ..common import CommandLine, UsageError, add_executor_arguments, executor_from_args
+from ..common import (
+    CommandLine,
+    UsageError,
+    add_executor_arguments,
+    add_toggle_arguments,
+    executor_from_args,
+    is_graph_file,
+    load_plugins,
+    pass_options,
+    toggle_words,
+    versions,
+)
 
 NAME = "ab"
 HELP = "A/B matrix of the passes: estimated latency, Δ%%, roofline ratio, plots"
@@ -31,11 +48,21 @@ DEFAULT_LAYERS = ("decode-swa", "decode-hca", "decode-csa")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("layers", nargs="*", metavar="LAYER", help=f"layers (default: {' '.join(DEFAULT_LAYERS)})")
+    p.add_argument("layers", nargs="*", metavar="LAYER|FILE",
+                   help=f"layers or .dsir files (default: {' '.join(DEFAULT_LAYERS)})")
     p.add_argument("--config", default="flash", help="model config (default: flash)")
-    p.add_argument("--tp", type=int, default=4, help="tensor-parallel size (default: 4)")
-    p.add_argument("--batch", type=int, default=16, help="decode requests per rank B (default: 16)")
-    p.add_argument("--seq", type=int, default=8, help="tokens per request S (default: 8)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: the config's, 4 at flash)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="decode requests per rank B (default: the config's, 16 at flash)")
+    p.add_argument("--seq", type=int, default=None, help="tokens per request S (default: the config's, 8 at flash)")
+    g = p.add_argument_group("pipelines")
+    g.add_argument("-p", "--pipeline", action="append", default=[], metavar="PIPELINE",
+                   help="estimate exactly these pipelines, the first the A/B reference: default, none, all-off, "
+                        "cleanup, -PASS (write -p=-PASS), +PASS, step:N or a pipeline string such as "
+                        "'canonicalize,split-m-fanout{ways=8},dce' (repeatable; default: the toggle matrix)")
+    g.add_argument("--a", metavar="PIPELINE", help="the A side of an A/B of two pipelines (the same as the first -p)")
+    g.add_argument("--b", metavar="PIPELINE", help="the B side (the same as a second -p)")
+    add_toggle_arguments(g)
     p.add_argument("--csa-context", type=int, default=256, metavar="N",
                    help="max_context of decode-csa (default 256: the seed's published 16 x 256 case; the static "
                         "top-k bypass applies); 0 = the cache capacity")
@@ -68,10 +95,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_executor_arguments(p)
 
 
+def shape(args: argparse.Namespace) -> tuple[int, int, int]:
+    """(TP, B, S): the flags, else the config's (flash: 4, 16, 8; tiny: 2, 4, 4)."""
+    from goldens.config import config_by_name
+
+    config = config_by_name(args.config)
+    return tuple(getattr(args, k) if getattr(args, k) is not None else getattr(config, k)  # type: ignore[return-value]
+                 for k in ("tp", "batch", "seq"))
+
+
 def command_line(args: argparse.Namespace) -> str:
-    line = CommandLine("ab", *args.layers)
-    for flag in ("config", "tp", "batch", "seq", "csa_context", "hca_context", "source"):
+    line = CommandLine("ab", *args.layers).option("--config", args.config)
+    for flag, value in zip(("--tp", "--batch", "--seq"), shape(args)):     # as run, whatever the config's defaults
+        line.option(flag, value)
+    for flag in ("csa_context", "hca_context", "source"):
         line.option("--" + flag.replace("_", "-"), getattr(args, flag))
+    line.add(*(f"-p={text}" for text in args.pipeline))         # "-p=-PASS": a value may start with "-"
+    line.add(*toggle_words(args))
     line.option("--passes", args.passes or None).option("--stage", args.stage or None)
     for flag in ("no_loo", "no_aoi", "no_steps", "offline", "pypto_program"):
         line.flag("--" + flag.replace("_", "-"), getattr(args, flag))
@@ -86,14 +126,18 @@ def _cases(args):
     from perf.ab import Case, Shape
 
     layers = args.layers or list(DEFAULT_LAYERS)
+    tp, batch, seq = shape(args)
     cases = []
     for layer in layers:
+        if is_graph_file(layer):
+            cases.append(Case.of_file(layer))
+            continue
         params = ()
         if layer == "decode-csa" and args.csa_context:
             params = (("max_context", args.csa_context),)
         if layer == "decode-hca" and args.hca_context:
             params = (("max_context", args.hca_context),)
-        cases.append(Case(layer, Shape(args.config, args.tp, args.batch, args.seq, params)))
+        cases.append(Case(layer, Shape(args.config, tp, batch, seq, params)))
     return cases
 
 
@@ -175,7 +219,11 @@ def _legend():
 
 
 def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
-    from perf.ab import optimisation_passes, run_ab, variants
+    if (args.a is None) != (args.b is None):
+        raise UsageError("give both --a and --b (or -p A -p B)", "--a/--b")
+    if args.a is not None:
+        args.pipeline = [args.a, args.b, *args.pipeline]
+    from perf.ab import Toggles, optimisation_passes, run_ab, variants
     from perf.costs import PyptoCosts
     from perf.trace import write_trace
 
@@ -193,8 +241,18 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
         if not globs:
             raise UsageError("--stage: give at least one task-name glob, e.g. 'hca.hca_*'")
         stage = ("--stage " + ",".join(globs), globs)
+    load_plugins(args.plugin)
     cases = _cases(args)
-    vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
+    if args.pipeline:
+        from perf.sweep import pipeline_variant
+
+        vlist = [pipeline_variant(text) for text in dict.fromkeys(args.pipeline)]
+    else:
+        vlist = variants(chosen, loo=not args.no_loo, aoi=not args.no_aoi, steps=not args.no_steps)
+    toggles = Toggles(tuple(args.enable), tuple(args.disable), tuple(args.only), tuple(pass_options(args).items()))
+    vlist = [v.toggled(toggles) for v in vlist]
+    for v in vlist:
+        v.context().effective_pipeline()            # a bad toggle or option: one line now, before any lowering
     source, executor = _cost_source(args)
     runs_on = executor.describe() if executor is not None else ""
     params = _params(args)
@@ -213,20 +271,25 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
             bar.close()
         if executor is not None:
             executor.close()
+    if args.pipeline:
+        report.compare = [v.name for v in vlist]
     report.notes.append(f"Reproduce: `{command_line(args)}`")
-    report.notes.append(_cache_note(args, cases))
+    if any(not c.path for c in cases):
+        report.notes.append(_cache_note(args, [c for c in cases if not c.path]))
+    report.notes += _file_notes([c for c in report.cases if c.case.path])
     if isinstance(source, PyptoCosts):
         where = f" on {runs_on}" if runs_on and source.ran else ""
         report.notes.append(f"pypto cost model: {source.ran} kernels simulated in this run{where}, {source.hits} "
                             f"cache hits (cache {source.cache})")
     written = [out.write_text("ab.md", report.markdown()),
-               out.write_text("ab.json", json.dumps(report.to_json(), indent=1, default=str) + "\n")]
+               out.write_text("ab.json", json.dumps({**report.to_json(), "provenance": _provenance(args, vlist)},
+                                                    indent=1, default=str) + "\n")]
     if not args.no_traces:
         for c in report.cases:
             for name in ("all-off", "default"):
                 r = c.results.get(name)
                 if r is not None:
-                    path = out.path(f"traces/{c.case.layer}.{name}.trace.json")
+                    path = out.path(f"traces/{c.case.layer.removesuffix('.dsir')}.{name}.trace.json")
                     path.parent.mkdir(parents=True, exist_ok=True)
                     write_trace(path, r.estimate.schedule, f"{c.case.label()} {name}")
                     written.append(path)
@@ -238,6 +301,32 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
     return 0
 
 
+def _provenance(args, vlist) -> dict:
+    """ab.json's provenance record: every variant's effective pipeline (the environment is not applied: each
+    variant says what it runs), the toggles from the flags, versions."""
+    record = {"command": command_line(args), "environment": {}, "environment_note": "variants ignore "
+              "DSPARK_DISABLE_PASSES", "enabled": list(args.enable), "disabled": list(args.disable),
+              "only": list(args.only), "options": list(args.pass_option), "plugins": list(args.plugin),
+              "variants": {v.name: str(v.context().effective_pipeline()) for v in vlist}}
+    record["versions"] = versions()
+    return record
+
+
+def _file_notes(files) -> list[str]:
+    """The A/B of two or more .dsir files: each file's latency under each pipeline, vs the first file."""
+    if len(files) < 2:
+        return []
+    notes = []
+    for name in files[0].results:
+        ref = files[0].latency(name)
+        parts = [f"{files[0].case.layer} {ref:.1f} µs"]
+        for c in files[1:]:
+            pct = f" ({100 * (ref - c.latency(name)) / ref:+.1f} % vs {files[0].case.layer})" if ref else ""
+            parts.append(f"{c.case.layer} {c.latency(name):.1f} µs{pct}")
+        notes.append(f"A/B of the files under `{name}`: " + "; ".join(parts))
+    return notes
+
+
 def _cache_note(args, cases) -> str:
     parts = []
     for c in cases:
@@ -247,6 +336,9 @@ def _cache_note(args, cases) -> str:
 
 
 def _print_summary(report) -> None:
+    for note in report.notes:
+        if note.startswith("A/B"):
+            print(note)
     for c in report.cases:
         print(f"\n{c.case.label()}")
         for line in report._case_table(c):

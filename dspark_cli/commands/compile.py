@@ -14,7 +14,7 @@ import json
 
 from dspark_ir.fsutil import AtomicOutputDir
 
-from ..common import CommandLine, add_progress_argument, add_target_arguments, load_graph, progress_bars
+from ..common import CommandLine, add_progress_argument, add_target_arguments, load_graph, progress_bars, provenance
 
 NAME = "compile"
 HELP = "default pipeline + dumps + lowering + report, into one directory"
@@ -37,7 +37,7 @@ def command_line(args: argparse.Namespace) -> str:
     line.repeated("--disable", args.disable)
     if args.check_numerics is not None:
         line.add("--check-numerics" if args.check_numerics else "--no-check-numerics")
-    return str(line.flag("--cycles", args.cycles).option("-o", args.output))
+    return str(line.flag("--cycles", args.cycles).option("-o", args.output).environment())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,11 +65,14 @@ def _compile(args: argparse.Namespace, out: AtomicOutputDir) -> int:
         checks["sim"] = check_kernels(c.tg, "sim", progress=progress_bars(args, "kernel"))
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
              "pipeline": str(c.passes.pipeline), "pipeline_key": c.pipeline_key,
+             "provenance": provenance(command_line(args), ctx),
              "checks": {m: [r.to_json() for r in runs] for m, runs in checks.items()}}
     emit(c, out.path("lowered"), extra=extra)
     summary = _summary(args, c, numerics)
+    summary["provenance"] = provenance(command_line(args), ctx)
+    env = [f"environment: {k}={v}" for k, v in ctx.environment().items()]
     out.write_text("opt.dsir", print_graph(c.graph, header=[f"dspark: {command_line(args)}",
-                                                             f"pipeline: {c.passes.pipeline}"]))
+                                                             f"pipeline: {c.passes.pipeline}", *env]))
     out.write_text("report.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     out.write_text("report.md", _markdown(summary))
     print(f"{args.output}: {summary['passes_changed']} of {len(c.passes.runs)} passes changed the graph; "

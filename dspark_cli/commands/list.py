@@ -10,10 +10,18 @@ HELP = "list layers, passes and configs"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", nargs="?", choices=("layers", "passes", "configs", "ops"), help="one section only")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="passes: each pass's origin (seed PR or later form), contract, options with type, default "
+                        "and range (as `dspark help PASS`)")
 
 
 def run(args: argparse.Namespace) -> int:
     sections = [args.what] if args.what else ["layers", "passes", "configs"]
+    if args.verbose and args.what == "passes":
+        import passes
+
+        print("\n\n".join(passes.describe(name) for name in passes.registered_names()))
+        return 0
     for i, section in enumerate(sections):
         if len(sections) > 1:
             print(("\n" if i else "") + f"{section}:")

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import CommandLine, add_progress_argument, add_target_arguments, load_graph, progress_bars
+from ..common import (
+    NO_PASSES,
+    CommandLine,
+    add_progress_argument,
+    add_target_arguments,
+    load_graph,
+    pipeline_provenance,
+    progress_bars,
+)
 
 NAME = "lower"
 HELP = "lower a graph to pypto kernels + orchestration (tasks.json, tasks.dot)"
@@ -34,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def command_line(args: argparse.Namespace) -> str:
     line = CommandLine("lower", args.target).layer(args, ("tp", "batch", "seq", "ep"))
-    line.option("-p", args.pipeline or None)
+    line.option("-p", args.pipeline or None).environment(bool(args.pipeline))
     for flag in ("cycles", "compile", "static"):
         line.flag(f"--{flag}", getattr(args, flag))
     return str(line.option("-o", args.output))
@@ -55,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     g, tg = c.graph, c.tg
     extra = {"layer": g.attributes.get("layer"), "config": g.attributes.get("config"), "tp": g.attributes.get("tp"),
              "pipeline": args.pipeline, "pipeline_key": c.pipeline_key,
+             "provenance": pipeline_provenance(command_line(args), args.pipeline),
              "checks": {m: [r.to_json() for r in runs] for m, runs in checks.items()}}
     emit(c, args.output, extra=extra)
+    print(f"pipeline: {c.passes.pipeline if c.passes is not None else NO_PASSES}")
     print(f"{args.output}: {len(tg)} tasks ({len(tg.kernels)} kernels, {len(c.templated)} with pypto templates), "
           f"{sum(len(t.deps) for t in tg.tasks)} deps; lint: {c.lint.summary()}")
     failed = [r for runs in checks.values() for r in runs if not r.ok]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..common import UsageError, add_layer_arguments, emit, load_graph
+from dspark_ir.text.printer import print_graph
+
+from ..common import UsageError, add_layer_arguments, add_toggle_arguments, emit, load_graph, load_plugins, pass_options
 
 NAME = "opt"
 HELP = "run a pass pipeline on a graph (mlir-opt style)"
@@ -22,15 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pipeline")
     g.add_argument("-p", "--pipeline", help='pass pipeline, e.g. "canonicalize,cse,split-m-fanout{ways=4}" '
                                             "(default: the default pipeline, see --print-pipeline)")
-    g.add_argument("--disable", action="append", default=[], metavar="NAME", help="remove a pass (repeatable, or a,b)")
-    g.add_argument("--enable", action="append", default=[], metavar="NAME[{opts}]",
-                   help="turn on a default-off pass, or append it (repeatable)")
-    g.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these passes (repeatable)")
-    g.add_argument("--pass-option", action="append", default=[], metavar="NAME{k=v}",
-                   help="set options of a pass wherever it runs, e.g. 'cse{...}' (repeatable)")
+    add_toggle_arguments(g)
     g.add_argument("--no-env", action="store_true", help="ignore DSPARK_DISABLE_PASSES")
-    g.add_argument("--plugin", action="append", default=[], metavar="MODULE|FILE.py",
-                   help="import a Python module (or file) that registers extra passes (repeatable)")
     g.add_argument("--print-pipeline", action="store_true",
                    help="print the effective pipeline, each entry with why it sits there, and exit")
     c = p.add_argument_group("checks")
@@ -47,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--print-ir-after-all", action="store_true", help="print the graph after every pass (stdout)")
     r.add_argument("--print-ir-after", action="append", default=[], metavar="NAME",
                    help="print the graph after this pass (repeatable)")
+    r.add_argument("--print-ir-before", action="append", default=[], metavar="NAME",
+                   help="print the graph before this pass (repeatable)")
+    r.add_argument("--print-ir-after-change", action="store_true",
+                   help="print the graph only after passes that changed it (alone: after every such pass)")
+    r.add_argument("--pass-stats", action="store_true",
+                   help="per pass: sites matched, rewritten, declined, skipped by reason (stderr)")
     r.add_argument("--explain", action="append", default=[], metavar="NAME",
                    help="say what the pass rewrote and why candidates did not fire (stderr)")
     b = p.add_argument_group("bisection and reproducers")
@@ -64,13 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def context_from_args(args: argparse.Namespace):
     """The PassContext these flags describe."""
-    from passes import PassContext, parse_entries
+    from passes import PassContext
     from passes.infra.context import REPRO_TEMP
 
-    options: dict[str, dict] = {}
-    for text in args.pass_option:
-        for e in parse_entries(text, "--pass-option"):
-            options.setdefault(e.name, {}).update(dict(e.options))
+    options = pass_options(args)
     if args.bisect_rewrites and args.bisect_limit is None:
         raise UsageError("--bisect-rewrites needs --bisect-limit N")
     repro = args.repro or (None if args.dump_dir else REPRO_TEMP)
@@ -79,17 +77,17 @@ def context_from_args(args: argparse.Namespace):
         options=options, use_env=not args.no_env, verify_each=args.verify_each,
         roundtrip_each=args.roundtrip_each, check_numerics=args.check_numerics, seed=args.seed,
         time_passes=args.time_passes, print_ir_after_all=args.print_ir_after_all,
-        print_ir_after=tuple(args.print_ir_after), explain=tuple(args.explain), bisect_limit=args.bisect_limit,
+        print_ir_after=tuple(args.print_ir_after), print_ir_before=tuple(args.print_ir_before),
+        print_ir_after_change=args.print_ir_after_change, pass_stats=args.pass_stats, explain=tuple(args.explain),
+        bisect_limit=args.bisect_limit,
         bisect_rewrites=args.bisect_rewrites, dump_dir=args.dump_dir, dump=args.dump, dump_dot=args.dump_dot,
         dump_svg=args.dump_svg, repro=repro, source=_source(args), plugins=tuple(args.plugin), origin="cli")
 
 
 def run(args: argparse.Namespace) -> int:
-    from dspark_ir.text.printer import print_graph
     from passes import run_pipeline
 
-    for module in args.plugin:
-        load_plugin(module)
+    load_plugins(args.plugin)
     ctx = context_from_args(args)
     if args.print_pipeline:
         print(ctx.describe_pipeline(), end="")
@@ -99,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_pipeline(load_graph(args), ctx=ctx)
     limit = "" if result.rewrite_limit is None else f" --bisect-limit {result.rewrite_limit} --bisect-rewrites"
     header = [f"dspark opt -p {_quote(str(result.pipeline))}{limit} · cache key {result.cache_key}"]
+    header += [f"environment: {k}={v} (passes it disabled are not in -p above)" for k, v in ctx.environment().items()]
     emit(print_graph(result.graph, header), args.output)
     return 0
 
@@ -116,29 +115,3 @@ def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
-
-
-def load_plugin(spec: str) -> None:
-    """Import a module that registers passes: a dotted name (looked up on sys.path, then in the current
-    directory, like `python -m`) or a path to a .py file."""
-    import importlib.util
-    import sys
-
-    try:
-        if spec.endswith(".py") or os.sep in spec:
-            loader = importlib.util.spec_from_file_location(os.path.basename(spec)[:-3], spec)
-            if loader is None or not os.path.isfile(spec):
-                raise ImportError(f"no such file: {spec}")
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[loader.name] = module
-            loader.loader.exec_module(module)
-            return
-        try:
-            importlib.import_module(spec)
-        except ImportError:
-            if os.getcwd() in sys.path:
-                raise
-            sys.path.insert(0, os.getcwd())
-            importlib.import_module(spec)
-    except ImportError as e:
-        raise UsageError(f"cannot import pass plugin '{spec}': {e}", "--plugin") from None

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from dspark_ir.fsutil import write_file_atomic
     from dspark_ir.reduce import reduce_graph
 
-    from .opt import load_plugin
+    from ..common import load_plugin
 
     if args.threshold < 0:
         raise UsageError(f"--threshold: must be at least 0, got {args.threshold:g}")

@@ -19,7 +19,7 @@ import argparse
 import importlib
 from typing import Any, Callable
 
-from ..common import UsageError, add_progress_argument, add_target_arguments, load_graph, progress_bars
+from ..common import NO_PASSES, UsageError, add_progress_argument, add_target_arguments, load_graph, progress_bars
 
 NAME = "run"
 HELP = "run a layer against its golden and report errors"
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     result = backend(args.backend)(g, inputs, **({"progress": bars} if bars else {}))
     a = g.attributes
     ep = f" · ep {a['ep']}" if "ep" in a else ""
-    piped = f" · pipeline {pipeline}" if pipeline else ""
+    piped = f" · pipeline {pipeline}" if pipeline else f" · pipeline {NO_PASSES}"
     print(f"dspark run {a['layer']} · config {a['config']} · tp {a['tp']}{ep} · seed {args.seed} · "
           f"regime {args.regime}{piped} · backend {args.backend}")
     print(f"  {'output':<14} {'max abs':>10}  {'max rel':>10}  {'tolerance':<46} result")

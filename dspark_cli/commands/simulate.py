@@ -17,7 +17,7 @@ import argparse
 
 from dspark_ir.hardware import HARDWARE
 
-from ..common import UsageError, add_target_arguments, load_graph
+from ..common import NO_PASSES, UsageError, add_target_arguments, load_graph
 
 NAME = "simulate"
 HELP = "simulate the lowered task graph on N ranks (makespan in steps, or the deadlock report)"
@@ -161,6 +161,6 @@ def _header(g, args: argparse.Namespace) -> str:
     a = g.attributes
     what = f"{a['layer']} · config {a.get('config')}" if "layer" in a else f"@{g.name}"
     ranks = f"ep {a['ep']}" if "ep" in a else f"tp {a.get('tp', 1)}"
-    pipeline = args.pipeline or "none"
+    pipeline = args.pipeline if args.pipeline and args.pipeline.strip() != "none" else NO_PASSES
     return (f"dspark simulate {what} · {ranks} · {args.cores_cube} cube + {args.cores_vector} vector cores per "
             f"rank · seed {args.seed} · pipeline {pipeline}")

@@ -11,6 +11,9 @@ defaults; they round-trip through the pipeline string). Class attributes declare
     preserves   properties it keeps when it changes the graph (others are assumed broken)
     fixpoint    the driver repeats match/rewrite rounds until nothing fires (default True)
     version     bump when the pass's output changes for the same input (part of the cache key)
+    origin      where the rewrite comes from: the seed PR (and its dspark-model.md section), a later public
+                pypto-lib form, or ours (shown by `dspark list passes -v` and `dspark help PASS`)
+Options with a valid range are declared `ways: int = option(4, min=1)` (passes.infra.options.option).
 
 Two ways to write the body:
 * `match(g)` yields sites (anything; a Node or an object with a `.node` is checked for staleness) and
@@ -68,6 +71,12 @@ class Pass:
     preserves: ClassVar[frozenset[str]] = frozenset()
     fixpoint: ClassVar[bool] = True
     version: ClassVar[int] = 1
+    origin: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        from .options import check_ranges
+
+        check_ranges(self)      # the ranges declared with options.option(...): ValueError names the option
 
     def match(self, g: Graph) -> Iterable[Any]:
         raise NotImplementedError

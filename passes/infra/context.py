@@ -65,6 +65,9 @@ class PassContext:
     time_passes: bool = False
     print_ir_after_all: bool = False
     print_ir_after: Sequence[str] = ()
+    print_ir_before: Sequence[str] = ()
+    print_ir_after_change: bool = False
+    pass_stats: bool = False
     explain: Sequence[str] = ()
     # ---- bisection
     bisect_limit: int | None = None
@@ -84,7 +87,7 @@ class PassContext:
     stderr: TextIO | None = None
 
     def __post_init__(self):
-        for name in ("print_ir_after", "explain", "plugins"):
+        for name in ("print_ir_after", "print_ir_before", "explain", "plugins"):
             value = getattr(self, name)
             items = value.split(",") if isinstance(value, str) else value
             object.__setattr__(self, name, tuple(i.strip() for i in items if i.strip()))
@@ -131,6 +134,7 @@ class PassContext:
     def check_report_names(self) -> None:
         """--print-ir-after and --explain name registered passes (a typo would silently print nothing)."""
         self._names(self.print_ir_after, self._flag("print_ir_after"))
+        self._names(self.print_ir_before, self._flag("print_ir_before"))
         self._names(self.explain, self._flag("explain"))
 
     def cache_key(self, pipeline: str | Pipeline | None = None) -> str:
@@ -224,6 +228,24 @@ class PassContext:
             return {"enabled": "--enable", "disabled": "--disable", "only": "--only",
                     "options": "--pass-option"}.get(field_name, f"--{field_name.replace('_', '-')}")
         return f"PassContext({field_name})"
+
+    # ---- provenance (every output's record of what ran) ----------------------------------------------
+    def environment(self) -> dict[str, str]:
+        """The environment variables that changed this context's pipeline: {DSPARK_DISABLE_PASSES: value} when
+        it is set and honoured (use_env), else {}."""
+        value = os.environ.get(ENV_DISABLE, "").strip()
+        return {ENV_DISABLE: value} if self.use_env and value else {}
+
+    def provenance(self, pipeline: str | Pipeline | None = None) -> dict[str, Any]:
+        """The pass side of an output's provenance record: the effective pipeline and its key, and the toggles
+        that made it, from arguments and from the environment."""
+        effective = self.effective_pipeline(pipeline)
+        base = self.pipeline if pipeline is None else pipeline
+        return {"pipeline": str(effective), "pipeline_key": effective.key,
+                "base": "default" if base is None else str(base),
+                "enabled": [str(e) for e in self.enabled], "disabled": list(self.disabled), "only": list(self.only),
+                "options": {name: {k: str(v) for k, v in opts.items()} for name, opts in self.options.items()},
+                "environment": self.environment(), "plugins": list(self.plugins)}
 
     # ---- the pipeline table (dspark opt --print-pipeline) -------------------------------------------
     def describe_pipeline(self, pipeline: str | Pipeline | None = None) -> str:

@@ -39,6 +39,9 @@ class DriveResult:
     rewrites: list[RewriteRecord] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
     stopped: bool = False   # the budget ran out inside this pass
+    matched: int = 0        # sites match() yielded, over every round (rewritten, declined or stale)
+    declined: int = 0       # sites whose rewrite() returned None (no longer applied)
+    stale: int = 0          # sites whose node an earlier rewrite of the round replaced
 
 
 def drive(p: Pass, g: Graph, budget: Budget) -> DriveResult:
@@ -60,13 +63,16 @@ def _round(p: Pass, g: Graph, budget: Budget, result: DriveResult) -> tuple[int,
         if isinstance(site, Skip):
             skips.append(site)
             continue
+        result.matched += 1
         if _stale(g, site):
+            result.stale += 1
             continue
         if budget.exhausted:
             result.stopped = True
             break
         record = p.rewrite(g, site)
         if record is None:
+            result.declined += 1
             continue
         result.rewrites.append(record)
         budget.take(p, record)
@@ -81,7 +87,7 @@ def _run_whole(p: Pass, g: Graph, budget: Budget) -> DriveResult:
     records = list(p.run(g) or [])
     for record in records:
         budget.take(p, record)
-    return DriveResult(rewrites=records)
+    return DriveResult(rewrites=records, matched=len(records))
 
 
 def _stale(g: Graph, site: Any) -> bool:

@@ -105,8 +105,9 @@ class DumpWriter(Instrument):
         return files
 
     def _common(self, state) -> list[str]:
+        env = [f"environment: {k}={v}" for k, v in state.ctx.environment().items()]
         return [f"pipeline: {state.pipeline}", f"cache key: {state.pipeline.key}",
-                f"source: {state.ctx.source or 'python'}"]
+                f"source: {state.ctx.source or 'python'}", *env]
 
     def _input_header(self, state) -> list[str]:
         ctx = state.ctx

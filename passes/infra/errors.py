@@ -1,4 +1,5 @@
-"""Errors of the pass machinery. All are DsparkErrors: the CLI prints them as one line, exit 2."""
+"""Errors of the pass machinery. All are DsparkErrors: the CLI prints them as one line (exit 2 for bad input,
+3 for a pass that crashed, 4 for a broken contract: dspark_cli/main.py)."""
 from __future__ import annotations
 
 from dspark_ir.errors import DsparkError, ParseError

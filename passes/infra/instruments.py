@@ -1,9 +1,9 @@
 """Instruments: hooks the manager calls around passes (checks, printing, timing, dumps, reproducers).
 
-An instrument implements any of `start(state, g)`, `after_pass(state, run, before, g)` (may raise a
-PassError via `run.fail(...)`; `before` is None unless the instrument sets `uses_before`), `fail(state, error, g)`
-and `finish(state, result)`. Checks run before
-reports, so a dump never shows a graph that failed a check as if it were fine.
+An instrument implements any of `start(state, g)`, `before_pass(state, run, g)`, `after_pass(state, run, before,
+g)` (may raise a PassError via `run.fail(...)`; `before` is None unless the instrument sets `uses_before`),
+`fail(state, error, g)` and `finish(state, result)`. Checks run before reports, so a dump never shows a graph
+that failed a check as if it were fine.
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ class Instrument:
     def start(self, state: "RunState", g: "Graph") -> None:
         pass
 
+    def before_pass(self, state: "RunState", run: "PassRun", g: "Graph") -> None:
+        pass
+
     def after_pass(self, state: "RunState", run: "PassRun", before: "Graph", g: "Graph") -> None:
         pass
 
@@ -52,7 +55,7 @@ def build_instruments(ctx: PassContext) -> list[Instrument]:
         chosen.append(RoundTripEach())
     if ctx.numerics_on:
         chosen.append(NumericsCheck())
-    if ctx.print_ir_after_all or ctx.print_ir_after:
+    if ctx.print_ir_after_all or ctx.print_ir_after or ctx.print_ir_before or ctx.print_ir_after_change:
         chosen.append(PrintIR())
     if ctx.dump_dir:
         chosen.append(DumpWriter(ctx))
@@ -60,6 +63,8 @@ def build_instruments(ctx: PassContext) -> list[Instrument]:
         chosen.append(Explain())
     if ctx.time_passes:
         chosen.append(TimeReport())
+    if ctx.pass_stats:
+        chosen.append(PassStats())
     chosen.append(Reproducer())
     return chosen
 
@@ -103,11 +108,21 @@ class RoundTripEach(Instrument):
 
 
 class PrintIR(Instrument):
-    """--print-ir-after-all / --print-ir-after NAME: the graph after the pass, to stdout."""
+    """The graph to stdout: --print-ir-before NAME (before each application of the pass), --print-ir-after-all,
+    --print-ir-after NAME, and --print-ir-after-change (only after passes that changed the graph; alone, after
+    every such pass)."""
+
+    def before_pass(self, state, run, g):
+        if run.name in state.ctx.print_ir_before:
+            state.stdout.write(f"# -----// IR before #{run.index} {run.spec} //----- #\n")
+            state.stdout.write(print_graph(g))
 
     def after_pass(self, state, run, before, g):
         ctx = state.ctx
-        if not (ctx.print_ir_after_all or run.name in ctx.print_ir_after):
+        chosen = ctx.print_ir_after_all or run.name in ctx.print_ir_after
+        if ctx.print_ir_after_change:
+            chosen = run.changed and (chosen or not (ctx.print_ir_after_all or ctx.print_ir_after))
+        if not chosen:
             return
         state.stdout.write(f"# -----// IR after #{run.index} {run.spec} ({run.status}) //----- #\n")
         state.stdout.write(print_graph(g))
@@ -133,8 +148,37 @@ class Explain(Instrument):
                 print(f"explain: #{r.index} {r.spec}: {r.status}{note}, {len(r.rewrites)} rewrites", file=out)
                 for rec in r.rewrites:
                     print(f"  rewrote  {rec}", file=out)
+                for limit in r.limits:
+                    print(f"  stopped  {limit}", file=out)
                 for skip in r.skips:
                     print(f"  skipped  {skip}", file=out)
+
+
+class PassStats(Instrument):
+    """--pass-stats: per pass application, the sites its match() yielded, how many it rewrote, declined (the
+    rewrite no longer applied, or an earlier rewrite replaced the node), and the candidates it skipped, counted
+    by reason (stderr)."""
+
+    def finish(self, state, result):
+        self._report(state)
+
+    def fail(self, state, error, g):
+        self._report(state)
+
+    def _report(self, state):
+        out = state.stderr
+        print("===- pass statistics -===", file=out)
+        for r in state.runs:
+            if not r.ran:
+                print(f"  #{r.index} {r.spec}: {r.status}{f' ({r.note})' if r.note else ''}", file=out)
+                continue
+            print(f"  #{r.index} {r.spec}: {r.matched} matched, {len(r.rewrites)} rewritten, {r.declined} declined, "
+                  f"{len(r.skips)} skipped", file=out)
+            reasons: dict[str, int] = {}
+            for skip in r.skips:
+                reasons[skip.reason] = reasons.get(skip.reason, 0) + 1
+            for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+                print(f"      {count:>4} skipped: {reason}", file=out)
 
 
 class TimeReport(Instrument):

@@ -40,7 +40,10 @@ class PassRun:
     status: str = "pending"        # changed | no-op | skipped | not-applicable | failed
     note: str = ""
     rewrites: list[RewriteRecord] = field(default_factory=list)
-    skips: list[Skip] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)    # why candidates did not fire (not the nodes it rewrote)
+    limits: list[Skip] = field(default_factory=list)   # why a node it rewrote went no further ("already X" dropped)
+    matched: int = 0                # sites match() yielded (--pass-stats)
+    declined: int = 0               # of those, rewrite() returned None or an earlier rewrite replaced the node
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     modified: list[str] = field(default_factory=list)
@@ -192,6 +195,8 @@ class PassManager:
                 snapshot = Snapshot.of(graph)
             snapshot.check()
             state.snapshot = state.before_snapshot = snapshot
+            for inst in instruments:
+                inst.before_pass(state, run, graph)
             self._apply(state, run, graph, established)
             t0 = time.perf_counter()
             before = state.before if any(getattr(inst, "uses_before", True) for inst in instruments) else None
@@ -236,10 +241,17 @@ class PassManager:
         except Exception as e:  # a bug in the pass: name it, keep the traceback as the cause
             raise run.fail("crash", f"crashed: {type(e).__name__}: {e}") from e
         run.seconds = time.perf_counter() - t0
-        run.rewrites, run.skips, run.partial = outcome.rewrites, outcome.skips, outcome.stopped
+        run.rewrites, run.partial = outcome.rewrites, outcome.stopped
+        run.matched, run.declined = outcome.matched, outcome.declined + outcome.stale
         run.rewrites_used = state.budget.used
         after = Snapshot.of(graph)
         _record_changes(run, state.before_snapshot, after, len(graph))
+        # a fixpoint round after a rewrite sees the nodes it made: those are no candidates that did not fire
+        # (--explain, report.md, --pass-stats); "already X" there is the rewrite itself and is dropped, any other
+        # reason says why the rewrite stopped where it did (widen-tile: "a 16-row tile would exceed the 8 rows")
+        made = {rec.at for rec in run.rewrites} | set(run.added) | set(run.modified)
+        run.skips = [skip for skip in outcome.skips if skip.at not in made]
+        run.limits = [skip for skip in outcome.skips if skip.at in made and "already" not in skip.reason]
         state.snapshot = after
         _check_signature(run, state.before_snapshot, after)
 

@@ -4,10 +4,15 @@ Supported field types: int, float, bool, str, Literal["a", "b", ...], and tuples
 (`tuple[int, ...]`, written `[1,2,3]`). Every field needs a default, so `name` alone builds the pass.
 Text forms: ints `4` `-2`; floats `0.5` `1e-05` `inf`; bools `true` `false`; strings bare (`abc`, `x.y-z`)
 or quoted (`"a b"`, with \\" and \\\\ escapes); lists `[a,b]`.
+
+A numeric option may declare its range where it is declared, `ways: int = option(4, min=1)`; a value outside
+it is an error that names the option and the range (`option 'ways' must be >= 1, got 0`), whether it comes
+from a pipeline string, `--pass-option`, PassContext(options=...) or a direct `SplitMFanout(ways=0)`.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import typing
@@ -37,6 +42,12 @@ class Raw:
         return _quote(self.text) if self.quoted else self.text
 
 
+def option(default: Any, *, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002
+    """A pass option field with its valid range (inclusive bounds; None: unbounded): `ways: int = option(4, min=1)`.
+    For a list option the range applies to every item."""
+    return dataclasses.field(default=default, metadata={"min": min, "max": max})
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     name: str
@@ -44,6 +55,8 @@ class OptionSpec:
     default: Any
     choices: tuple[str, ...] = ()
     item: str = ""                    # element kind of a list
+    min: float | None = None          # inclusive range of a number (of each item of a list)
+    max: float | None = None
 
     @property
     def type_name(self) -> str:
@@ -53,7 +66,32 @@ class OptionSpec:
             return f"list of {self.item}"
         return self.kind
 
+    @property
+    def range_text(self) -> str:
+        """`>= 1`, `<= 8`, `in [1, 8]`, or "" when unbounded."""
+        lo, hi = self.min, self.max
+        if lo is not None and hi is not None:
+            return f"in [{_num(lo)}, {_num(hi)}]"
+        if lo is not None:
+            return f">= {_num(lo)}"
+        return f"<= {_num(hi)}" if hi is not None else ""
 
+    def check_range(self, value: Any) -> Any:
+        """`value` if inside the declared range, else ValueError naming the option and the range."""
+        items = value if self.kind == "list" else (value,)
+        for v in items:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                    (self.min is not None and not v >= self.min) or (self.max is not None and not v <= self.max)):
+                what = "every item of option" if self.kind == "list" else "option"
+                raise ValueError(f"{what} '{self.name}' must be {self.range_text}, got {format_value(self, value)}")
+        return value
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+@functools.lru_cache(maxsize=None)
 def option_specs(cls: type) -> dict[str, OptionSpec]:
     """The options of a pass class, in field order. Raises TypeError for an unsupported field type."""
     hints = typing.get_type_hints(cls)
@@ -62,8 +100,22 @@ def option_specs(cls: type) -> dict[str, OptionSpec]:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise TypeError(f"pass option '{f.name}' of {cls.__name__} needs a default")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        specs[f.name] = _spec(cls.__name__, f.name, hints[f.name], default)
+        spec = _spec(cls.__name__, f.name, hints[f.name], default)
+        lo, hi = f.metadata.get("min"), f.metadata.get("max")
+        if lo is not None or hi is not None:
+            if "int" not in (spec.kind, spec.item) and "float" not in (spec.kind, spec.item):
+                raise TypeError(f"pass option {cls.__name__}.{f.name}: a range needs a number (or list of numbers)")
+            spec = dataclasses.replace(spec, min=lo, max=hi)
+            spec.check_range(spec.default)
+        specs[f.name] = spec
     return specs
+
+
+def check_ranges(p: Any) -> None:
+    """Every option of the pass instance `p` within its declared range (ValueError otherwise)."""
+    for name, spec in option_specs(type(p)).items():
+        if spec.min is not None or spec.max is not None:
+            spec.check_range(getattr(p, name))
 
 
 def _spec(owner: str, name: str, tp: Any, default: Any) -> OptionSpec:
@@ -90,8 +142,8 @@ def coerce(spec: OptionSpec, value: Any) -> Any:
         except DsparkError:
             raise ValueError(_expected(spec, repr(value))) from None
     if isinstance(value, Raw):
-        return _from_raw(spec, value)
-    return _from_python(spec, value)
+        return spec.check_range(_from_raw(spec, value))
+    return spec.check_range(_from_python(spec, value))
 
 
 def _from_raw(spec: OptionSpec, raw: Raw) -> Any:

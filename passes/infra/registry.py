@@ -89,5 +89,35 @@ def _docstring_without_import(module: str, name: str) -> str | None:
     return None
 
 
+def describe(name: str) -> str:
+    """What `dspark help PASS` and `dspark list passes -v` print: the summary, where the rewrite comes from, its
+    numeric contract, properties, whether the default pipeline runs it, and each option with its type, default
+    and range; `help` adds the docstring below."""
+    from .defaults import DEFAULT_PIPELINE
+    from .options import format_value, option_specs
+    from .pipeline import parse_entries
+
+    cls = get_pass(name)
+    default = [e for e in DEFAULT_PIPELINE if parse_entries(e.spec, "default pipeline")[0].name == name]
+    where = ("in the default pipeline" if default and default[0].enabled else
+             "in the default pipeline, off by default (--enable)" if default else "not in the default pipeline")
+    plugin = "" if is_builtin(cls) else f" (plugin {cls.__module__})"
+    lines = [f"{name}: {cls.summary()}",
+             f"  origin:     {cls.origin or 'not declared'}{plugin}",
+             f"  contract:   {cls.contract}",
+             f"  pipeline:   {where}"]
+    for attr in ("requires", "guarantees", "preserves"):
+        if getattr(cls, attr):
+            lines.append(f"  {attr + ':':<11} {', '.join(sorted(getattr(cls, attr)))}")
+    specs = option_specs(cls)
+    if not specs:
+        lines.append("  options:    none")
+    for i, (key, spec) in enumerate(specs.items()):
+        rng = f", {spec.range_text}" if spec.range_text else ""
+        lines.append(f"  {'options:' if i == 0 else '':<11} {key} ({spec.type_name}{rng}; default "
+                     f"{format_value(spec, spec.default)})")
+    return "\n".join(lines)
+
+
 def is_builtin(cls: type["Pass"]) -> bool:
     return cls.__module__.startswith(f"{PASSES_PACKAGE}.")

@@ -47,6 +47,7 @@ def statuses(result: OptResult) -> dict[str, str]:
 
 
 def skips(result: OptResult, name: str) -> dict[str, str]:
-    """node name → Skip reason of the run of pass `name`."""
+    """node name → Skip reason of the run of pass `name` (a candidate that did not fire, or why a rewritten node
+    went no further)."""
     run_ = next(r for r in result.runs if r.name == name)
-    return {s.at: s.reason for s in run_.skips}
+    return {s.at: s.reason for s in [*run_.skips, *run_.limits]}

@@ -92,7 +92,7 @@ def test_refuses_to_write_outside_or_over_foreign_files(tmp_path, capsys):
 
 def test_failed_run_marks_the_index_failed_and_keeps_a_reproducer(tmp_path, capsys):
     d = tmp_path / "d"
-    assert dump(CASE, d, "-p", "canonicalize,planted-crash,dce") == 2
+    assert dump(CASE, d, "-p", "canonicalize,planted-crash,dce") == 3
     err = capsys.readouterr().err
     assert f"reproducer written to {d / 'repro.dsir'}" in err
     page = (d / "index.html").read_text()
@@ -107,7 +107,7 @@ def test_failed_run_marks_the_index_failed_and_keeps_a_reproducer(tmp_path, caps
 
 def test_invalid_graph_failure_dumps_the_bad_snapshot(tmp_path, capsys):
     d = tmp_path / "d"
-    assert dump(HERE / "canonicalize" / "reshape_chain.before.dsir", d, "-p", "planted-invalid") == 2
+    assert dump(HERE / "canonicalize" / "reshape_chain.before.dsir", d, "-p", "planted-invalid") == 4
     bad = (d / "01_planted-invalid.failed.dsir").read_text()
     assert "# FAILED: reshape_chain.before.dsir:8:3: node 'a.flat': pass 'planted-invalid' (#1) produced an " \
            "invalid graph" in bad

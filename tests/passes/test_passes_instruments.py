@@ -44,7 +44,7 @@ def rerun(command: str, cwd: Path, monkeypatch) -> int:
 
 # ---- planted bugs are caught, named, and reproduced ---------------------------------------------
 def test_check_numerics_names_the_wrong_pass(src, capsys):
-    assert run_cli(str(src), "-p", "canonicalize,planted-add-to-mul,dce", "--check-numerics") == 2
+    assert run_cli(str(src), "-p", "canonicalize,planted-add-to-mul,dce", "--check-numerics") == 4   # contract
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("dspark: pass 'planted-add-to-mul' (#2) broke its numeric contract bitwise: "
                               "output #0 %a.out, worst element [")
@@ -72,19 +72,19 @@ def test_numerics_off_lets_the_wrong_pass_through():
     assert result.runs[0].added == ["a.sum.mul"] and result.runs[0].removed == ["a.sum"]
 
 
-@pytest.mark.parametrize("pipeline, kind, message", [
-    ("canonicalize,planted-add-to-mul,dce", "contract", "broke its numeric contract bitwise"),
-    ("canonicalize,planted-crash,dce", "crash", "crashed: ZeroDivisionError: integer division or modulo by zero"),
-    ("planted-invalid,dce", "invalid-graph", "produced an invalid graph: result %a.flat has type bf16[32]"),
+@pytest.mark.parametrize("pipeline, code, message", [
+    ("canonicalize,planted-add-to-mul,dce", 4, "broke its numeric contract bitwise"),
+    ("canonicalize,planted-crash,dce", 3, "crashed: ZeroDivisionError: integer division or modulo by zero"),
+    ("planted-invalid,dce", 4, "produced an invalid graph: result %a.flat has type bf16[32]"),
 ])
 def test_failures_write_a_reproducer_that_fails_the_same_way(src, tmp_path, capsys, monkeypatch,
-                                                              pipeline, kind, message):
+                                                              pipeline, code, message):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     (work / "repro.dsir").write_text("mine\n")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where the new temp directories go
-    assert run_cli(str(src), "-p", pipeline, "-o", "out.dsir") == 2
+    assert run_cli(str(src), "-p", pipeline, "-o", "out.dsir") == code
     err = capsys.readouterr().err.splitlines()
     assert not (work / "out.dsir").exists()
     assert (work / "repro.dsir").read_text() == "mine\n", "a reproducer never goes over ./repro.dsir"
@@ -101,7 +101,7 @@ def test_failures_write_a_reproducer_that_fails_the_same_way(src, tmp_path, caps
     assert repro.startswith("# dspark reproducer: ") and f"-p {failing}," in repro
     parse_file(path)
     # rerun exactly as printed: the same pass fails the same way (now as pass #1)
-    assert rerun(command, work, monkeypatch) == 2
+    assert rerun(command, work, monkeypatch) == code
     again = capsys.readouterr().err.splitlines()[-1]
     assert _what(again) == _what(first)
 
@@ -119,14 +119,19 @@ def test_reproducer_rerun_in_a_fresh_process(src, tmp_path):
     cmd = [sys.executable, "-m", "dspark_cli.main", "opt", str(src), "-p", "canonicalize,planted-crash",
            "--plugin", "tests.passes.planted", "--repro", str(tmp_path / "r.dsir")]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.returncode == 3 and "Traceback" not in done.stderr          # a crashing pass: internal error
     command = done.stderr.split("; rerun: ", 1)[1].splitlines()[0]
     assert "--plugin tests.passes.planted" in command
     again = subprocess.run([sys.executable, "-m", "dspark_cli.main", *shlex.split(command)[1:]],
                            capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert again.returncode == 2
+    assert again.returncode == 3
     assert again.stderr.splitlines()[-1] == \
-        "dspark: pass 'planted-crash' (#1) crashed: ZeroDivisionError: integer division or modulo by zero"
+        "dspark: pass 'planted-crash' (#1) crashed: ZeroDivisionError: integer division or modulo by zero " \
+        "(--debug for the traceback)"
+    debug = subprocess.run([sys.executable, "-m", "dspark_cli.main", *shlex.split(command)[1:], "--debug"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert debug.returncode == 3 and "Traceback (most recent call last)" in debug.stderr
+    assert "ZeroDivisionError" in debug.stderr and "planted.py" in debug.stderr     # the pass's own frame
 
 
 def test_python_api_failure_carries_the_reproducer():
@@ -254,7 +259,7 @@ def test_explain(src, capsys):
 
 def test_verify_each_off_still_rejects_an_invalid_result(src, capsys):
     assert run_cli(str(src), "-p", "planted-invalid", "--no-verify-each", "--no-check-numerics",
-                   "--no-roundtrip-each", "--repro", os.devnull) == 2
+                   "--no-roundtrip-each", "--repro", os.devnull) == 4
     assert "the pipeline produced an invalid graph (rerun with --verify-each to find the pass)" in \
         capsys.readouterr().err
 
@@ -265,3 +270,30 @@ def test_input_graph_is_verified_first(tmp_path, capsys):
                                       "%a.out = cast(%a.proj) {to = bf16} : bf16[T,9]"))
     assert run_cli(str(bad)) == 2
     assert "result %a.out has type bf16[T,9] but cast gives bf16[T,8]" in capsys.readouterr().err
+
+
+def test_print_ir_before_and_after_change(src, capsys):
+    assert run_cli(str(src), "--print-ir-before", "cse", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# -----// IR before #2 cse //----- #\ngraph @mini") and out.count("// IR") == 1
+    assert "%a.back" not in out                     # canonicalize (#1) already folded it: the graph cse receives
+    assert run_cli(str(src), "-p", "canonicalize,cse,cse,dce", "--print-ir-after-change", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[4] for line in out.splitlines() if "IR after" in line] == ["#1", "#2", "#4"]  # not #3
+    assert run_cli(str(src), "-p", "canonicalize,cse,cse,dce", "--print-ir-after", "cse",
+                   "--print-ir-after-change", "-o", os.devnull) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[4] for line in out.splitlines() if "IR after" in line] == ["#2"]
+    assert run_cli(str(src), "--print-ir-before", "csee", "-o", os.devnull) == 2
+    assert "unknown pass 'csee'" in capsys.readouterr().err
+
+
+def test_pass_stats(src, capsys):
+    assert run_cli(str(src), "-p", "canonicalize,cse,dce,split-m-fanout", "--pass-stats", "-o", os.devnull) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "===- pass statistics -==="
+    assert err[1] == "  #1 canonicalize: 2 matched, 2 rewritten, 0 declined, 0 skipped"
+    assert err[3] == "  #3 dce: 1 matched, 1 rewritten, 0 declined, 0 skipped"
+    assert err[4].startswith("  #4 split-m-fanout: 0 matched, 0 rewritten, 0 declined, 1 skipped")
+    assert err[5].startswith("         1 skipped: ")
+

@@ -52,5 +52,5 @@ def test_one_request_per_block_and_skip_reasons():
     reasons = {s.at: s.reason for s in get_pass("pool-fanout")().match(case)}
     assert reasons == {"a.scatter_softmax_pool": "2 request(s) fit one block of 2",
                        "b.scatter_softmax_pool": "already 2 request(s) per block"}
-    assert {s.reason for s in get_pass("pool-fanout")(requests=0).match(case)} == {
-        "requests = 0 is not a request count"}
+    with pytest.raises(ValueError, match=r"option 'requests' must be >= 1, got 0"):
+        get_pass("pool-fanout")(requests=0)
