@@ -14,7 +14,8 @@ def test_run_swa_within_tolerance(tp, capsys):
                  "--regime", "window_boundary"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (f"dspark run decode-swa · config tiny · tp {tp} · seed 1 · "
-                                   "regime window_boundary · backend numpy")
+                                   "regime window_boundary · pipeline none (the graph as given; -p default runs "
+                                   "the default pipeline) · backend numpy")
     assert "x_out" in out and "kv_cache" in out and "rows_channels(diff=0.003" in out
     assert out.rstrip().endswith("outputs within tolerance" + (" (all 4 ranks)" if tp == "4" else "")
                                  + ", 7/7 sub-blocks")
@@ -74,6 +75,6 @@ def test_run_pipeline_and_ep(capsys):
     assert "ok: 1/1" in out and "ranks" not in out
     for none in ("none", ""):
         assert main(["run", "decode-swa", "--tp", "1", "-p", none]) == 0
-        assert "pipeline" not in capsys.readouterr().out.splitlines()[0]
+        assert "pipeline none (the graph as given" in capsys.readouterr().out.splitlines()[0]
     assert main(["run", "decode-swa", "--ep", "2"]) == 2
     assert "ep: not a parameter of layer 'decode-swa'" in capsys.readouterr().err

@@ -27,7 +27,7 @@ def test_before_form_moe_deadlocks_with_the_report_and_exit_1(capsys):
     assert code == 1 and err == ""
     lines = out.splitlines()
     assert lines[0] == ("dspark simulate moe · config tiny · ep 2 · 1 cube + 2 vector cores per rank · seed 0 · "
-                        "pipeline none")
+                        "pipeline none (the graph as given; -p default runs the default pipeline)")
     assert lines[1].startswith("deadlock at step ") and "wait-for cycle" in lines[2]
     assert "'moe.combine_wait' holds aic0 aiv0 aiv1, spinning since step 0" in out
     assert "held cores:" in out
