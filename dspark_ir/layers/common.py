@@ -185,21 +185,26 @@ def qkv_proj_rope(b: GraphBuilder, x_normed: Value, late: Value, wq_a: Value, ga
 # ---- §3.5: the O path ---------------------------------------------------------------------------------------
 O_A_M_TILE, O_A_N_TILE, O_B_M_TILE, O_B_N_TILE, DEQ_M_TILE = 16, 128, 128, 512, 8  # seed literals (§3.5)
 O_TOKEN_TILE = 16  # seed TOKEN_TILE: each source's rows of the a2a window are padded to LOCAL_T_PAD = ceil16(T)
+# The seed's o_group_a2a_gather: the copy-out of the exchange window is an SPMD task of ATTENTION_PUBLISH_WORKERS
+# cyclic AIV workers (rows worker, worker + 48, …), not one core group (docs/seed-baselines.md "O path").
+O_GATHER_WORKERS = 48
 
 
 def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value,
            block: str = "o") -> Value:
     """packed bf16[o_groups, T, hpg·HD] → attn_out bf16[T, D]: the TP1 decode_o_proj_tp1 form, or at TP > 1 the
     all-to-all (o_group_a2a: put + barrier 1 into the exchange window [LG, tp·ceil16(T), w]; then its copy-out
-    wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` so the
-    typed-gather pass can remove it), per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
+    wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` on the
+    seed's 48 cyclic AIV workers (o_group_a2a_gather + _complete) so the a2a-direct-read pass can remove it),
+    per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
     and the f32 reduce-scatter with one bf16 rounding."""
     if b.tp == 1:
         return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
                          ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16")
     window = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp, t_pad=O_TOKEN_TILE)
     rows = b.tp * b.T
-    recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows)
+    recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows,
+                blocks=O_GATHER_WORKERS, core="vector")
     partial = _o_groups(b, recv, wo_a, wo_b, wo_b_scale, block, b.cfg.local_o_groups, rows,
                         ("tp_o_a", "tp_o_a_quant", "tp_o_b", "tp_o_b_dequant"), "f32")
     return b.op("tp_o_reduce_scatter", partial, name=f"{block}.tp_o_reduce_scatter", tp=b.tp)
