@@ -35,7 +35,7 @@ from dspark_ir.ops.attention import (
     SwaGatherKv,
     SwaValidBias,
 )
-from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, OGroupA2A, TpOReduceScatter, WindowCopyOut
 from dspark_ir.ops.compressor import (
     CmpKvHadamard,
     CmpKvScoreProj,
@@ -351,7 +351,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     **dict.fromkeys((DispatchMeta, RouteHash, SharedRouted), DEFAULTS),
     # collectives, windows and signals
     WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
-    **dict.fromkeys((OGroupA2A, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify, SignalWait,
+    **dict.fromkeys((OGroupA2A, CpAllGather, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify, SignalWait,
                      SignalBarrier), DEFAULTS),
 }
 

@@ -13,7 +13,15 @@ reset). The all-to-all is written as two ops so that its copy-out wave is visibl
 
 The `typed-gather` pass removes the copy-out: consumers read the window rows directly and a `window_release`
 (dspark_ir/ops/window_release.py) after the last consumer takes over barrier 2 and the reset.
-Both collectives here are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
+The context-parallel all-gather of a payload over the TP group (the seed's decode_cp_allgather /
+decode_cp_token_allgather steps: push → payload wait → read-back → read-back wait → retire) is written the same way:
+
+    %x.cp_allgather          = cp_allgather(%payload) {tp}                 push + payload wait: this rank's window
+                                                                        [tp·T, …] holding every rank's rows
+    %x.cp_allgather.copy_out = window_copy_out(%x.cp_allgather) {axis = 0, rows = tp*T}
+                                                                        read-back + read-back wait + retire
+
+All of them are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
 signal window of the TP credit barrier (§5) is implicit in them.
 """
 from __future__ import annotations
@@ -61,6 +69,24 @@ class OGroupA2A(_CollectiveOp):
         expect(pad >= 1, f"t_pad must be positive, got {pad}")
         rows = D.mul(tp * pad, D.ceildiv(p.shape[1], pad))
         return [TensorType(p.dtype, (exact_div(p.shape[0], tp), rows, p.shape[2]))]
+
+
+@register_op
+class CpAllGather(_CollectiveOp):
+    """Context-parallel all-gather, push + payload wait: payload [T, …] on every rank → this rank's window
+    [tp·T, …] holding every rank's payload rows, rank-major (row src_rank·T + t), the same on every rank
+    (decode_cp_allgather's push / payload wait; the read-back, its wait and the retire are the window_copy_out
+    that follows). The payload keeps its dtype: the typed form, no wire pack or unpack."""
+    name = "cp_allgather"
+    operands = ("payload",)
+    attrs = {"tp": Attr("int", REQUIRED)}
+    reference = staticmethod(collective_sem.cp_allgather)
+
+    def infer(self, ins, attrs):
+        p, tp = ins[0], attrs["tp"]
+        expect(p.rank >= 1, f"payload must have a row axis, got {p}")
+        expect(tp >= 1, f"tp must be positive, got {tp}")
+        return [p.with_shape([D.mul(tp, p.shape[0])] + list(p.shape[1:]))]
 
 
 @register_op

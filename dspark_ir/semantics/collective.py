@@ -1,4 +1,5 @@
-"""Cross-rank kernels of the TP O path (dspark-model.md §3.5, §4; dsv4-math §7): numpy references.
+"""Cross-rank kernels of the TP O path and the context-parallel all-gather (dspark-model.md §3.5, §4;
+dsv4-math §7): numpy references.
 
 Collective references take every rank's operands (`per_rank[r] = [operand, ...]`) and return one result per rank.
 """
@@ -25,6 +26,13 @@ def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
         pad = np.zeros((lg, pad_rows) + rows.shape[2:], rows.dtype)
         out.append(np.concatenate([rows, pad], axis=1))
     return out
+
+
+def cp_allgather(per_rank, *, ranks, **_):
+    """Context-parallel all-gather: every rank receives every rank's payload rows, rank-major along axis 0
+    (row src·T + t)."""
+    gathered = np.concatenate([np.asarray(ops[0]) for ops in per_rank[:ranks]], axis=0)
+    return [gathered.copy() for _ in range(ranks)]
 
 
 def window_copy_out(per_rank, *, ranks, axis, rows, **_):

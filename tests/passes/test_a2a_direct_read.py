@@ -1,9 +1,9 @@
-"""typed-gather on the layers: bitwise on tiny SWA/CSA/HCA at TP2 (no pad rows) and TP4 (T = 8: half of each
+"""a2a-direct-read on the layers: bitwise on tiny SWA/CSA/HCA at TP2 (no pad rows) and TP4 (T = 8: half of each
 window group is pad) for 3 seeds, and within the golden tolerance; the optimised TP4 graphs lower cleanly and
 complete in the simulator on one core group per rank with the interpreter's values (the release is ordered before
 the reduce-scatter: without that edge two ranks deadlock at different rendezvous); a no-op at TP1 and on MoE;
 fires on every attention layer at flash TP4; on the chained layers of a model each release gets one ordering
-edge, to its own layer's reduce-scatter. Before/after cases: tests/passes/typed-gather/."""
+edge, to its own layer's reduce-scatter. Before/after cases: tests/passes/a2a-direct-read/."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,8 +44,8 @@ def _check_typed(g, groups: int) -> None:
 @pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize("layer", ATTENTION)
 def test_bitwise_on_tiny_and_within_the_golden_tolerance(layer, tp, seed):
-    result = optimise(tiny(layer, tp), "typed-gather", seed)     # the bitwise contract is checked on seed's inputs
-    assert statuses(result) == {"typed-gather": "changed"}
+    result = optimise(tiny(layer, tp), "a2a-direct-read", seed)     # the bitwise contract is checked on seed's inputs
+    assert statuses(result) == {"a2a-direct-read": "changed"}
     _check_typed(result.graph, 4 // tp)
     assert not golden_mismatches(result.graph, seed)
 
@@ -53,7 +53,7 @@ def test_bitwise_on_tiny_and_within_the_golden_tolerance(layer, tp, seed):
 def test_tp4_window_has_pad_rows_the_consumers_skip():
     """tiny TP4: T = 8, LOCAL_T_PAD = 16, so each window group has 4·16 = 64 rows of which 32 are data."""
     before = tiny("decode-swa", 4)
-    after = optimise(before, "typed-gather", numerics=False).graph
+    after = optimise(before, "a2a-direct-read", numerics=False).graph
     env = after.env
     assert after.nodes[A2A].result.type.concrete_shape(env) == (1, 64, 128)
     assert after.nodes[ROWS].result.type.concrete_shape(env) == (1, 32, 128)
@@ -65,7 +65,7 @@ def test_tp4_window_has_pad_rows_the_consumers_skip():
 
 @pytest.mark.parametrize("layer", ATTENTION)
 def test_optimised_tp4_lowers_and_simulates_on_one_core_group(layer):
-    g = optimise(tiny(layer, 4), "typed-gather", numerics=False).graph
+    g = optimise(tiny(layer, 4), "a2a-direct-read", numerics=False).graph
     assert lint(build_task_graph(g)).ok
     inputs = runner.layer_inputs(g, 0)
     want = run(g, inputs)
@@ -79,7 +79,7 @@ def test_optimised_tp4_lowers_and_simulates_on_one_core_group(layer):
 
 def test_without_the_collective_order_edge_the_release_can_deadlock():
     """Non-vacuity of the release → reduce-scatter edge: drop it and some schedule deadlocks on one core group."""
-    g = optimise(tiny("decode-swa", 4), "typed-gather", numerics=False).graph
+    g = optimise(tiny("decode-swa", 4), "a2a-direct-read", numerics=False).graph
     rs = g.nodes[RS]
     rs.deps = [d for d in rs.deps if d.name != RELEASE]
     g.invalidate()
@@ -89,23 +89,23 @@ def test_without_the_collective_order_edge_the_release_can_deadlock():
 
 @pytest.mark.parametrize("layer", ATTENTION)
 def test_no_op_at_tp1(layer):
-    result = optimise(tiny(layer, 1), "typed-gather", numerics=False)
-    assert statuses(result) == {"typed-gather": "no-op"} and not skips(result, "typed-gather")
+    result = optimise(tiny(layer, 1), "a2a-direct-read", numerics=False)
+    assert statuses(result) == {"a2a-direct-read": "no-op"} and not skips(result, "a2a-direct-read")
     assert not result.graph.ops("window_release")
 
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_no_op_on_moe(tp):
-    result = optimise(tiny("moe", tp), "typed-gather", numerics=False)
-    assert statuses(result) == {"typed-gather": "no-op"}
+    result = optimise(tiny("moe", tp), "a2a-direct-read", numerics=False)
+    assert statuses(result) == {"a2a-direct-read": "no-op"}
 
 
 def test_skip_reason_when_the_copy_is_returned():
     g = tiny("decode-swa", 2).clone()
     g.set_returns(g.returns + [g.values[COPY]])
-    result = optimise(g, "typed-gather", numerics=False)
-    assert statuses(result) == {"typed-gather": "no-op"}
-    assert "returned by the graph" in skips(result, "typed-gather")[COPY]
+    result = optimise(g, "a2a-direct-read", numerics=False)
+    assert statuses(result) == {"a2a-direct-read": "no-op"}
+    assert "returned by the graph" in skips(result, "a2a-direct-read")[COPY]
 
 
 @pytest.mark.parametrize("layer", ATTENTION)
@@ -118,7 +118,7 @@ def test_fires_at_flash_tp4(layer, tmp_path):
 def test_default_pipeline_runs_it_on_every_tp_layer():
     for layer in ATTENTION:
         result = run_pipeline(tiny(layer, 2), ctx=PassContext(use_env=False, check_numerics=False))
-        assert {r.name: r.status for r in result.runs}["typed-gather"] == "changed", layer
+        assert {r.name: r.status for r in result.runs}["a2a-direct-read"] == "changed", layer
         assert RELEASE in result.graph.nodes
 
 
@@ -126,7 +126,7 @@ def test_each_release_of_a_model_orders_only_the_nearest_collective():
     """4 chained decoder layers (tiny model at TP2): layer k's release is a dep of layer k's reduce-scatter and of
     nothing else; the later exchanges and reduce-scatters are after it through the chain of collectives, which
     stays one total order (every rank meets its peers in it)."""
-    g = optimise(model_graph("tiny", tp=2), "typed-gather", numerics=False).graph
+    g = optimise(model_graph("tiny", tp=2), "a2a-direct-read", numerics=False).graph
     count = g.attributes["layers"]
     assert count >= 3
     releases = {f"L{k}.{RELEASE}" for k in range(count)}
