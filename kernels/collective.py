@@ -3,7 +3,7 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
-from dspark_ir.ops.collective import CpAllGather, OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
 
 from .registry import template, unsupported
 from .window_release import pypto_window_copy_out
@@ -23,5 +23,8 @@ unsupported(CpAllGather, "rendezvous context-parallel all-gather: pushes this ra
                          "window, then waits for every peer's rows (decode_cp_allgather push + payload wait); "
                          + _PTO_CROSS_RANK + ". Its read-back is the window_copy_out that follows, which has a "
                          "template")
+unsupported(CpOwnRows, "modelling glue for the per-rank goldens (no seed task): which rows a rank keeps depends on its "
+                       "TP rank, which the lowering's per-rank numpy collectives know and a one-rank pypto kernel "
+                       "does not")
 
 template(WindowCopyOut)(pypto_window_copy_out)

@@ -90,6 +90,26 @@ class CpAllGather(_CollectiveOp):
 
 
 @register_op
+class CpOwnRows(_CollectiveOp):
+    """Rows [tp·T, …] gathered over the TP group → the same rows on every rank with every other rank's rows
+    replaced by `fill` (rank r keeps rows r·T … (r+1)·T − 1). Modelling glue, not a seed task: the seed's
+    context-parallel SWA writes the whole group's KV rows into a group-wide cache (its slot mapping has the
+    group's rows); our per-rank kv_cache holds the rank's own requests, so the other ranks' slots become −1
+    (skipped) and each rank's cache is the goldens' (docs/seed-baselines.md "SWA")."""
+    name = "cp_own_rows"
+    operands = ("rows",)
+    attrs = {"tp": Attr("int", REQUIRED), "fill": Attr("int", -1)}
+    reference = staticmethod(collective_sem.cp_own_rows)
+
+    def infer(self, ins, attrs):
+        r, tp = ins[0], attrs["tp"]
+        expect(r.rank >= 1, f"rows must have a row axis, got {r}")
+        n = r.shape[0].value()
+        expect(tp >= 1 and (n is None or n % tp == 0), f"tp {tp} does not divide {r.shape[0]} rows")
+        return [r]
+
+
+@register_op
 class WindowCopyOut(_CollectiveOp):
     """Copy-out wave of an exchange window: the data rows 0 … rows − 1 along `axis` into a local tensor (pad rows
     skipped), then barrier 2 (every peer has copied out, so the window may be overwritten) and the credit reset.

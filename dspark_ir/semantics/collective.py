@@ -35,6 +35,19 @@ def cp_allgather(per_rank, *, ranks, **_):
     return [gathered.copy() for _ in range(ranks)]
 
 
+def cp_own_rows(per_rank, *, ranks, fill=-1, **_):
+    """Rank r keeps rows [r·T, (r+1)·T) of its operand (T = rows / ranks); every other row becomes `fill`."""
+    out = []
+    for r, ops in enumerate(per_rank[:ranks]):
+        x = np.array(ops[0], copy=True)
+        t = x.shape[0] // ranks
+        keep = np.zeros(x.shape[0], bool)
+        keep[r * t:(r + 1) * t] = True
+        x[~keep] = fill
+        out.append(x)
+    return out
+
+
 def window_copy_out(per_rank, *, ranks, axis, rows, **_):
     """Copy-out wave of an exchange window: every rank copies its window's data rows [0, rows) along `axis` into a
     local tensor (the barriers around it move no data)."""

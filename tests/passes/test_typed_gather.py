@@ -1,7 +1,7 @@
 """typed-gather: the seed's typed gathers act on context-parallel all-gathers (cp_allgather) only. On a gathered
 window the consumers read it directly (bitwise, checked by the case runner: tests/passes/typed-gather/); the
-O path's all-to-all is left to a2a-direct-read (test_a2a_direct_read.py), so on today's layers, which have no
-cp_allgather, typed-gather is a no-op."""
+O path's all-to-all is left to a2a-direct-read (test_a2a_direct_read.py). Of today's layers only SWA at TP > 1
+has cp_allgathers (x_normed, positions, slot mapping: the seed's context-parallel KV side); HCA and CSA have none."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,6 +35,16 @@ def test_fires_on_a_cp_allgather_read_back():
 
 @pytest.mark.parametrize("layer", ATTENTION)
 def test_leaves_the_o_path_to_a2a_direct_read(layer):
-    result = run_pipeline(tiny(layer, 2), "typed-gather", ctx=PassContext(use_env=False, check_numerics=False))
-    assert statuses(result) == {"typed-gather": "no-op"}
-    assert result.graph.ops("window_copy_out")
+    result = run_pipeline(tiny(layer, 2), "typed-gather", ctx=PassContext(use_env=False, check_numerics=True))
+    g = result.graph
+    assert [n.name for n in g.ops("window_copy_out")] == ["o.o_group_a2a.copy_out"]
+    assert statuses(result) == {"typed-gather": "changed" if layer == "decode-swa" else "no-op"}
+
+
+def test_swa_kv_side_reads_the_gathered_rows():
+    g = run_pipeline(tiny("decode-swa", 4), "typed-gather", ctx=PassContext(use_env=False, check_numerics=True)).graph
+    gathered = g.nodes["cp.x_normed_allgather"].result
+    assert g.nodes["qkv.kv_proj_matmul"].operands[0] is gathered
+    releases = [n.name for n in g.ops("window_release")]
+    assert sorted(releases) == ["cp.positions_allgather.release", "cp.slot_mapping_allgather.release",
+                                "cp.x_normed_allgather.release"]
