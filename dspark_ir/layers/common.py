@@ -198,7 +198,8 @@ CP_PUSH_WORKERS, CP_READBACK_WORKERS = 16, 16   # seed decode_cp_token_allgather
 def cp_gather(b: GraphBuilder, x: Value, name: str, after: Value | None = None) -> Value:
     """x [T, …] on every rank → the TP group's rows [tp·T, …] (rank-major) on every rank: cp_allgather (push on
     16 workers + payload wait) and its read-back (16 workers, read-back wait, retire) as a window_copy_out.
-    `after`: an earlier gather's result; rendezvous collectives must meet in one order on every rank."""
+    `after`: a value that must be ready first (an earlier gather: rendezvous collectives must meet in one order
+    on every rank)."""
     window = b.op("cp_allgather", x, name=name, tp=b.tp, blocks=CP_PUSH_WORKERS, core="vector",
                   deps=[after] if after is not None else ())
     return b.op("window_copy_out", window, name=f"{name}.copy_out", axis=0, rows=b.tp * b.T,

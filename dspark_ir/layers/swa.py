@@ -27,11 +27,15 @@ def build_swa(b: GraphBuilder) -> None:
     else:
         # the seed's context-parallel form: the KV side runs on the TP group's tokens (docs/seed-baselines.md)
         # the group's positions and slot mapping: inputs of the seed (host metadata), gathered here since the
-        # goldens' inputs are per rank; the own-rows mask keeps each rank's cache its own (modelling glue)
-        pos_group = cp_gather(b, p.positions, "cp.positions_allgather")
+        # goldens' inputs are per rank; the own-rows mask keeps each rank's cache its own (modelling glue).
+        # Anchored after the layer's first task (hc_pre_rms reads x_hc): gathers that read graph inputs only
+        # would float ahead of earlier layers' collectives in a chained model, and every rank must meet its peers
+        # in one order (each later release would then edge them: deps growing with the square of the layers).
+        pre = hc_pre(b, p.x_hc, p.hc_fn, p.hc_scale, p.hc_base)
+        anchor = b.graph.nodes["hc.hc_pre_rms"].result
+        pos_group = cp_gather(b, p.positions, "cp.positions_allgather", after=anchor)
         slots_group = cp_gather(b, p.swa_slot_mapping, "cp.slot_mapping_allgather", after=pos_group)
         slots = b.op("cp_own_rows", slots_group, name="cp.slot_mapping_own_rows", tp=b.tp, fill=-1)
-        pre = hc_pre(b, p.x_hc, p.hc_fn, p.hc_scale, p.hc_base)
         x_normed, late = attn_norm(b, pre.x_mixed, p.norm_w)
         x_group = cp_gather(b, x_normed, "cp.x_normed_allgather", after=slots)   # one collective order per rank
         qkv = qkv_proj_rope(b, x_normed, late, p.wq_a, p.gamma_cq, p.wq_b, p.wq_b_scale, p.wkv, p.gamma_ckv,
