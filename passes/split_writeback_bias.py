@@ -18,9 +18,10 @@ from .infra.rewriting import match_or_skip, replace_node, set_deps
 @dataclass(frozen=True)
 class Site:
     node: Node
-    rows: D.Dim         # the kv rows (T), as written in the graph
+    rows: D.Dim         # the kv rows (T, or the TP group's tp·T at TP > 1), as written in the graph
     tile: int           # writeback row tile
     bias_tile: int      # bias row tile (the fused task's tile)
+    bias_rows: D.Dim    # the query tokens' rows (lens: T)
 
 
 @register_pass
@@ -43,9 +44,8 @@ class SplitWritebackBias(Pass):
     becomes a dep on both.
 
     `tile_rows = 0` takes the writeback tile from the graph's config (`policy.writeback_tile_rows`: 32 at
-    flash, 8 at tiny); the tile never exceeds T. HCA and CSA already write the cache with a separate
-    `kv_cache_writeback` and
-    have no fused bias task: the pass is a no-op there (the reason is shown by --explain).
+    flash, 8 at tiny); the tile never exceeds the kv rows. HCA and CSA already write the cache with a separate
+    `kv_cache_writeback` and have no fused bias task: the pass is a no-op there (the reason is shown by --explain).
     Contract: bitwise. The two references compose to the fused one exactly.
     """
 
@@ -76,7 +76,7 @@ class SplitWritebackBias(Pass):
                              names=g.fresh_name(prefix + "swa_cache_writeback"), deps=node.deps, near=node)
         bias = g.add_op(SwaValidBias.name, [lens],
                         {"window": node.attrs["window"], "tile": [site.bias_tile],
-                         "blocks": D.floordiv(site.rows, site.bias_tile), **core},
+                         "blocks": D.floordiv(site.bias_rows, site.bias_tile), **core},
                         names=g.fresh_name(prefix + "swa_valid_bias"), deps=node.deps, near=node)
         new = [writeback.result, bias.result]
         _widen_deps_on(g, node, new)
@@ -88,18 +88,21 @@ class SplitWritebackBias(Pass):
     def _check(self, g: Graph, node: Node) -> Site | str:
         rows_dim = node.operands[0].type.shape[0]
         rows = rows_dim.value(g.env)
-        if rows is None:
-            return f"the kv rows {rows_dim} are not bound (cannot check the T % bias tile contract)"
+        bias_dim = node.operands[3].type.shape[0]
+        bias_rows = bias_dim.value(g.env)
+        if rows is None or bias_rows is None:
+            return (f"the kv rows {rows_dim} or the lens rows {bias_dim} are not bound (cannot check the T % bias "
+                    "tile contract)")
         tile = node.attrs.get("tile")
         if tile is None or len(tile) != 1:
             return "the fused task has no one-entry bias tile"
-        if rows % tile[0]:
-            return (f"T = {rows} is not a multiple of the bias tile {tile[0]}: the bias builder's floor "
-                    f"division would drop the last {rows % tile[0]} rows (the T % {tile[0]} == 0 contract)")
+        if bias_rows % tile[0]:
+            return (f"T = {bias_rows} is not a multiple of the bias tile {tile[0]}: the bias builder's floor "
+                    f"division would drop the last {bias_rows % tile[0]} rows (the T % {tile[0]} == 0 contract)")
         wanted = self.tile_rows or policy.writeback_tile_rows(g)
         if wanted < 1:
             return f"tile_rows = {self.tile_rows} is not a row count"
-        return Site(node, rows_dim, min(wanted, rows), tile[0])
+        return Site(node, rows_dim, min(wanted, rows), tile[0], bias_dim)
 
 
 def _widen_deps_on(g: Graph, node: Node, new: list[Value]) -> None:

@@ -1,11 +1,17 @@
-"""typed-gather: consumers of an all-to-all / all-gather read the exchange window; the copy-out wave goes."""
+"""typed-gather: consumers of a context-parallel all-gather read its window; the read-back wave goes.
+
+The rewrite (consumers read the exchange window, a window_release takes over barrier 2) is shared with
+a2a-direct-read (passes/a2a_direct_read.py), which applies it to the O path's all-to-all: a pass names the exchange
+op kinds it acts on (`exchanges`). docs/seed-baselines.md says why they are two passes.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import ClassVar
 
 from dspark_ir.graph import Graph, Node, Value
-from dspark_ir.ops.collective import WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, WindowCopyOut
 from dspark_ir.ops.core import Slice
 from dspark_ir.ops.window_release import WindowRelease
 
@@ -19,13 +25,18 @@ _NAME = attrgetter("name")
 @register_pass
 @dataclass(frozen=True)
 class TypedGather(Pass):
-    """Let the consumers of an exchange read its window rows directly, dropping the copy-out wave.
+    """Let the consumers of a context-parallel all-gather read its window rows directly, dropping the read-back.
+
+    The seed's typed gathers (dspark-model.md §6(b); docs/seed-baselines.md): the CP all-gathers of the compressor
+    payloads (`cp_allgather`: push + payload wait) are followed by a read-back wave (`window_copy_out`: window rows
+    → a local tensor, read-back wait, retire); the consumers read the local copy. Only exchanges whose op kind is
+    in `exchanges` are rewritten (here cp_allgather; a2a-direct-read applies the same rewrite to o_group_a2a).
 
     Before (dspark-model.md §3.5, §6(b)): an exchange task puts every rank's payload into its peers' windows and
-    waits for barrier 1 (`o_group_a2a`: every peer's rows have landed); then `window_copy_out` copies the data rows
-    of the window into a local tensor (the unpack wave, row by row in the seed), waits for barrier 2 (every peer
-    has copied out, so the window may be overwritten) and resets the credit cells; the consumers (`o_proj_a` per
-    local O group) read the local copy.
+    waits for barrier 1 (`o_group_a2a` / `cp_allgather`: every peer's rows have landed); then `window_copy_out`
+    copies the data rows of the window into a local tensor (the seed's gather / read-back workers), waits for
+    barrier 2 (every peer has copied out, so the window may be overwritten) and resets the credit cells; the
+    consumers (e.g. `o_proj_a` per local O group) read the local copy.
     After: the consumers take the window itself as their typed input — the view of its data rows along the copy
     axis (row src_rank·T + t; the pad rows up to the window's capacity are skipped: `slice {start = 0,
     size = rows}`, or the window itself when it has no pad rows) — so the local tensor and the copy-out wave
@@ -50,11 +61,12 @@ class TypedGather(Pass):
     name = "typed-gather"
     origin = "seed PR (dspark-model.md §6(b)): consumers read the exchange window"
     contract = BITWISE
+    exchanges: ClassVar[tuple[type, ...]] = (CpAllGather,)
 
     def match(self, g: Graph):
         sweep = _Sweep()
         for node in g.topo_order():
-            if node.opdef is not WindowCopyOut:
+            if node.opdef is not WindowCopyOut or not self.acts_on(node):
                 continue
             reason = _refusal(g, node)
             if reason is not None:
@@ -64,7 +76,7 @@ class TypedGather(Pass):
 
     def rewrite(self, g: Graph, site: "_Site | Node") -> RewriteRecord | None:
         copy, sweep = (site.node, site.sweep) if isinstance(site, _Site) else (site, _Sweep())
-        if _refusal(g, copy) is not None:
+        if not self.acts_on(copy) or _refusal(g, copy) is not None:
             return None
         sweep.start(g, copy)
         window = copy.operands[0]
@@ -89,6 +101,12 @@ class TypedGather(Pass):
         return RewriteRecord("typed-view", copy.name,
                              f"{', '.join('%' + n.name for n in consumers)} read {rows}; "
                              f"%{release.name} after {len(last)} reader(s){before}")
+
+
+    def acts_on(self, copy: Node) -> bool:
+        """Is `copy` the copy-out of an exchange of one of this pass's kinds?"""
+        exchange = copy.operands[0].producer
+        return exchange is not None and exchange.opdef in self.exchanges
 
 
 def readers(g: Graph, value: Value) -> list[Node]:

@@ -43,7 +43,7 @@ from dspark_ir.ops.attention import (
     SwaGatherKv,
     SwaValidBias,
 )
-from dspark_ir.ops.collective import OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
 from dspark_ir.ops.compressor import (
     CmpKvHadamard,
     CmpKvScoreProj,
@@ -381,8 +381,8 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     **dict.fromkeys((DispatchMeta, RouteHash, SharedRouted), DEFAULTS),
     # collectives, windows and signals
     WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
-    **dict.fromkeys((OGroupA2A, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify, SignalWait,
-                     SignalBarrier), DEFAULTS),
+    **dict.fromkeys((OGroupA2A, CpAllGather, CpOwnRows, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify,
+                     SignalWait, SignalBarrier), DEFAULTS),
 }
 
 

@@ -146,10 +146,13 @@ def attn_norm(b: GraphBuilder, x_mixed: Value, norm_w: Value, block: str = "attn
 # ---- §3.1 4a-4j: qkv_proj_rope ------------------------------------------------------------------------------
 def qkv_proj_rope(b: GraphBuilder, x_normed: Value, late: Value, wq_a: Value, gamma_cq: Value, wq_b: Value,
                   wq_b_scale: Value, wkv: Value, gamma_ckv: Value, rope_cos: Value, rope_sin: Value,
-                  positions: Value, block: str = "qkv") -> Qkv:
+                  positions: Value, block: str = "qkv", kv_x: Value | None = None,
+                  kv_positions: Value | None = None) -> Qkv:
     """Q side (q_rope_prepare, qr seed + atomic qr_proj_matmul, qr_rms_norm_quant, int8 qproj_matmul,
     qproj_dequant_rms_nope_rope) and KV side (kv seed + atomic kv_proj_matmul after late_dep, M loop inside
-    (m_split 1), kv_rms_norm_rope with KV_RMS_T_TILE rows)."""
+    (m_split 1), kv_rms_norm_rope with KV_RMS_T_TILE rows). `kv_x` / `kv_positions`: the KV side's own rows (the
+    TP group's gathered tokens of the seed's context-parallel form), with their own RoPE tables
+    (kv_rope_prepare); by default the KV side runs on x_normed with the Q side's tables."""
     c, t = b.cfg, b.tiles
     T, HD = b.T, c.head_dim
     rows = ceildiv(T, t.T_TILE)
@@ -171,35 +174,61 @@ def qkv_proj_rope(b: GraphBuilder, x_normed: Value, late: Value, wq_a: Value, ga
              name=f"{block}.qproj_dequant_rms_nope_rope", heads=c.heads, eps=c.rms_eps, tile=[t.Q_ROPE_H_TILE],
              blocks=c.heads // t.Q_ROPE_H_TILE, aer=True)
     # KV
-    kv_seed = b.op("zeros", name=f"{block}.kv_proj_seed", shape=[T, HD])
+    kv_in, kv_cos, kv_sin, R = x_normed, cos_il, sin_signed, T
+    if kv_x is not None:
+        kv_in, R = kv_x, kv_x.type.shape[0]
+        kv_cos, kv_sin = b.op("rope_tables", rope_cos, rope_sin, kv_positions, name=f"{block}.kv_rope_prepare",
+                              rope_dim=c.rope_dim, tile=[t.T_TILE], blocks=ceildiv(R, t.T_TILE), aer=True,
+                              **b.clamp(R, t.T_TILE))
+    kv_seed = b.op("zeros", name=f"{block}.kv_proj_seed", shape=[R, HD])
     kv_n = min(t.KV_N_TILE, HD)
-    kv_acc = b.op("matmul", x_normed, wkv, kv_seed, name=f"{block}.kv_proj_matmul", accumulate="atomic",
+    kv_acc = b.op("matmul", kv_in, wkv, kv_seed, name=f"{block}.kv_proj_matmul", accumulate="atomic",
                   k_split=t.KV_OK, m_split=1, tile=[t.KV_M_TILE, kv_n, t.KV_K_TILE],
-                  blocks=(HD // kv_n) * t.KV_OK, deps=[late], **b.clamp(T, t.KV_M_TILE))
-    kv = b.op("kv_rms_norm_rope", kv_acc, gamma_ckv, cos_il, sin_signed, name=f"{block}.kv_rms_norm_rope",
-              eps=c.rms_eps, tile=[t.KV_RMS_T_TILE], blocks=ceildiv(T, t.KV_RMS_T_TILE),
-              **b.clamp(T, t.KV_RMS_T_TILE))
+                  blocks=(HD // kv_n) * t.KV_OK, deps=[late], **b.clamp(R, t.KV_M_TILE))
+    kv = b.op("kv_rms_norm_rope", kv_acc, gamma_ckv, kv_cos, kv_sin, name=f"{block}.kv_rms_norm_rope",
+              eps=c.rms_eps, tile=[t.KV_RMS_T_TILE], blocks=ceildiv(R, t.KV_RMS_T_TILE),
+              **b.clamp(R, t.KV_RMS_T_TILE))
     return Qkv(q, kv, qr, qr_scale, cos_il, sin_signed)
+
+
+# ---- §4: the context-parallel token all-gather ------------------------------------------------------------
+CP_PUSH_WORKERS, CP_READBACK_WORKERS = 16, 16   # seed decode_cp_token_allgather: PUSH_WORKERS, READBACK_WORKERS
+
+
+def cp_gather(b: GraphBuilder, x: Value, name: str, after: Value | None = None) -> Value:
+    """x [T, …] on every rank → the TP group's rows [tp·T, …] (rank-major) on every rank: cp_allgather (push on
+    16 workers + payload wait) and its read-back (16 workers, read-back wait, retire) as a window_copy_out.
+    `after`: a value that must be ready first (an earlier gather: rendezvous collectives must meet in one order
+    on every rank)."""
+    window = b.op("cp_allgather", x, name=name, tp=b.tp, blocks=CP_PUSH_WORKERS, core="vector",
+                  deps=[after] if after is not None else ())
+    return b.op("window_copy_out", window, name=f"{name}.copy_out", axis=0, rows=b.tp * b.T,
+                blocks=CP_READBACK_WORKERS, core="vector")
 
 
 # ---- §3.5: the O path ---------------------------------------------------------------------------------------
 O_A_M_TILE, O_A_N_TILE, O_B_M_TILE, O_B_N_TILE, DEQ_M_TILE = 16, 128, 128, 512, 8  # seed literals (§3.5)
 O_TOKEN_TILE = 16  # seed TOKEN_TILE: each source's rows of the a2a window are padded to LOCAL_T_PAD = ceil16(T)
+# The seed's o_group_a2a_gather: the copy-out of the exchange window is an SPMD task of ATTENTION_PUBLISH_WORKERS
+# cyclic AIV workers (rows worker, worker + 48, …), not one core group (docs/seed-baselines.md "O path").
+O_GATHER_WORKERS = 48
 
 
 def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value,
            block: str = "o") -> Value:
     """packed bf16[o_groups, T, hpg·HD] → attn_out bf16[T, D]: the TP1 decode_o_proj_tp1 form, or at TP > 1 the
     all-to-all (o_group_a2a: put + barrier 1 into the exchange window [LG, tp·ceil16(T), w]; then its copy-out
-    wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` so the
-    typed-gather pass can remove it), per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
+    wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` on the
+    seed's 48 cyclic AIV workers (o_group_a2a_gather + _complete) so the a2a-direct-read pass can remove it),
+    per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
     and the f32 reduce-scatter with one bf16 rounding."""
     if b.tp == 1:
         return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
                          ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16")
     window = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp, t_pad=O_TOKEN_TILE)
     rows = b.tp * b.T
-    recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows)
+    recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows,
+                blocks=O_GATHER_WORKERS, core="vector")
     partial = _o_groups(b, recv, wo_a, wo_b, wo_b_scale, block, b.cfg.local_o_groups, rows,
                         ("tp_o_a", "tp_o_a_quant", "tp_o_b", "tp_o_b_dequant"), "f32")
     return b.op("tp_o_reduce_scatter", partial, name=f"{block}.tp_o_reduce_scatter", tp=b.tp)

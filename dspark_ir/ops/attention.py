@@ -27,7 +27,8 @@ def _index_rows(t: TensorType, what: str, rows: D.Dim | None = None) -> None:
 @register_op
 class SwaCacheInsertValidBias(_AttnOp):
     """kv_cache[slot[t]] = kv[t] (slot −1 skipped; in place) and sparse_bias[T, window] = 0 for columns < lens[t],
-    −1e20 elsewhere (swa_cache_insert_valid_bias)."""
+    −1e20 elsewhere (swa_cache_insert_valid_bias). The kv rows (the KV side's: the TP group's at TP > 1) and the
+    lens rows (the rank's query tokens) may differ."""
     name = "swa_cache_insert_valid_bias"
     operands = ("kv", "kv_cache", "slot_mapping", "lens")
     results = ("kv_cache", "bias")
@@ -44,9 +45,9 @@ class SwaCacheInsertValidBias(_AttnOp):
         expect(slots.rank == 1, f"slot_mapping must be rank 1, got {slots}")
         _index_rows(slots, "slot_mapping", kv.shape[0])
         expect(lens.rank == 1, f"lens must be rank 1, got {lens}")
-        _index_rows(lens, "lens", kv.shape[0])
+        _index_rows(lens, "lens")
         expect(attrs["window"] > 0, f"window must be positive, got {attrs['window']}")
-        return [cache, TensorType(F32, (kv.shape[0], D.Const(attrs["window"])))]
+        return [cache, TensorType(F32, (lens.shape[0], D.Const(attrs["window"])))]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]

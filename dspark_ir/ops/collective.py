@@ -13,7 +13,15 @@ reset). The all-to-all is written as two ops so that its copy-out wave is visibl
 
 The `typed-gather` pass removes the copy-out: consumers read the window rows directly and a `window_release`
 (dspark_ir/ops/window_release.py) after the last consumer takes over barrier 2 and the reset.
-Both collectives here are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
+The context-parallel all-gather of a payload over the TP group (the seed's decode_cp_allgather /
+decode_cp_token_allgather steps: push → payload wait → read-back → read-back wait → retire) is written the same way:
+
+    %x.cp_allgather          = cp_allgather(%payload) {tp}                 push + payload wait: this rank's window
+                                                                        [tp·T, …] holding every rank's rows
+    %x.cp_allgather.copy_out = window_copy_out(%x.cp_allgather) {axis = 0, rows = tp*T}
+                                                                        read-back + read-back wait + retire
+
+All of them are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
 signal window of the TP credit barrier (§5) is implicit in them.
 """
 from __future__ import annotations
@@ -60,6 +68,44 @@ class OGroupA2A(_CollectiveOp):
         expect(pad >= 1, f"t_pad must be positive, got {pad}")
         rows = D.mul(tp * pad, D.ceildiv(p.shape[1], pad))
         return [TensorType(p.dtype, (exact_div(p.shape[0], tp), rows, p.shape[2]))]
+
+
+@register_op
+class CpAllGather(_CollectiveOp):
+    """Context-parallel all-gather, push + payload wait: payload [T, …] on every rank → this rank's window
+    [tp·T, …] holding every rank's payload rows, rank-major (row src_rank·T + t), the same on every rank
+    (decode_cp_allgather's push / payload wait; the read-back, its wait and the retire are the window_copy_out
+    that follows). The payload keeps its dtype: the typed form, no wire pack or unpack."""
+    name = "cp_allgather"
+    operands = ("payload",)
+    attrs = {"tp": Attr("int", REQUIRED)}
+    reference = numpy_reference("collective", "cp_allgather")
+
+    def infer(self, ins, attrs):
+        p, tp = ins[0], attrs["tp"]
+        expect(p.rank >= 1, f"payload must have a row axis, got {p}")
+        expect(tp >= 1, f"tp must be positive, got {tp}")
+        return [p.with_shape([D.mul(tp, p.shape[0])] + list(p.shape[1:]))]
+
+
+@register_op
+class CpOwnRows(_CollectiveOp):
+    """Rows [tp·T, …] gathered over the TP group → the same rows on every rank with every other rank's rows
+    replaced by `fill` (rank r keeps rows r·T … (r+1)·T − 1). Modelling glue, not a seed task: the seed's
+    context-parallel SWA writes the whole group's KV rows into a group-wide cache (its slot mapping has the
+    group's rows); our per-rank kv_cache holds the rank's own requests, so the other ranks' slots become −1
+    (skipped) and each rank's cache is the goldens' (docs/seed-baselines.md "SWA")."""
+    name = "cp_own_rows"
+    operands = ("rows",)
+    attrs = {"tp": Attr("int", REQUIRED), "fill": Attr("int", -1)}
+    reference = numpy_reference("collective", "cp_own_rows")
+
+    def infer(self, ins, attrs):
+        r, tp = ins[0], attrs["tp"]
+        expect(r.rank >= 1, f"rows must have a row axis, got {r}")
+        n = r.shape[0].value()
+        expect(tp >= 1 and (n is None or n % tp == 0), f"tp {tp} does not divide {r.shape[0]} rows")
+        return [r]
 
 
 @register_op

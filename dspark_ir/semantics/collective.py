@@ -1,4 +1,5 @@
-"""Cross-rank kernels of the TP O path (dspark-model.md §3.5, §4; dsv4-math §7): numpy references.
+"""Cross-rank kernels of the TP O path and the context-parallel all-gather (dspark-model.md §3.5, §4;
+dsv4-math §7): numpy references.
 
 Collective references take every rank's operands (`per_rank[r] = [operand, ...]`) and return one result per rank.
 """
@@ -24,6 +25,26 @@ def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
         rows = np.concatenate([p[r * lg:(r + 1) * lg] for p in packed], axis=1)
         pad = np.zeros((lg, pad_rows) + rows.shape[2:], rows.dtype)
         out.append(np.concatenate([rows, pad], axis=1))
+    return out
+
+
+def cp_allgather(per_rank, *, ranks, **_):
+    """Context-parallel all-gather: every rank receives every rank's payload rows, rank-major along axis 0
+    (row src·T + t)."""
+    gathered = np.concatenate([np.asarray(ops[0]) for ops in per_rank[:ranks]], axis=0)
+    return [gathered.copy() for _ in range(ranks)]
+
+
+def cp_own_rows(per_rank, *, ranks, fill=-1, **_):
+    """Rank r keeps rows [r·T, (r+1)·T) of its operand (T = rows / ranks); every other row becomes `fill`."""
+    out = []
+    for r, ops in enumerate(per_rank[:ranks]):
+        x = np.array(ops[0], copy=True)
+        t = x.shape[0] // ranks
+        keep = np.zeros(x.shape[0], bool)
+        keep[r * t:(r + 1) * t] = True
+        x[~keep] = fill
+        out.append(x)
     return out
 
 

@@ -62,11 +62,11 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
     Entry("quant-workers",
           "next to pool-fanout, for the same reason: the TP O path's one-block tp_o_a_quant tasks become "
           "cyclic workers over row tiles (policy.QUANT_WORKERS, QUANT_ROWS; attributes only); before "
-          "typed-gather, which rewires the O path's exchange but never the quant tasks"),
+          "a2a-direct-read, which rewires the O path's exchange but never the quant tasks"),
     Entry("dequant-workers",
           "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
           "to one cyclic worker per vector core (policy.DEQUANT_WORKERS; attributes only); after tile-choice "
-          "and before typed-gather, neither of which looks at it"),
+          "and before a2a-direct-read, neither of which looks at it"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
@@ -75,13 +75,17 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
     Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "
-          "stream heads read only by the pack, and it runs before typed-gather so the O-path exchange already "
+          "stream heads read only by the pack, and it runs before a2a-direct-read so the O-path exchange already "
           "reads the final packed producer"),
     Entry("typed-gather",
-          "comm-consumer fusion (dspark-model 6(b)) after every attention-side rewrite, so the exchange's "
-          "producer and the O projection consumers are final; it orders its window_release before every later "
-          "rendezvous collective (the reduce-scatter), so it must run after any pass that adds collectives; "
-          "no-op at TP1"),
+          "comm-consumer fusion (dspark-model 6(b)) on the context-parallel all-gathers (cp_allgather), after "
+          "every attention-side rewrite, so each exchange's producer and consumers are final; it orders its "
+          "window_release before every later rendezvous collective, so it must run after any pass that adds "
+          "collectives; no-op at TP1 and on layers without a cp_allgather"),
+    Entry("a2a-direct-read",
+          "typed-gather's rewrite on the O path's all-to-all (not a seed PR's: docs/seed-baselines.md), right "
+          "after it for the same reasons: the packed-heads producer and the tp_o_a consumers are final, and its "
+          "release is ordered before the reduce-scatter; no-op at TP1"),
     Entry("moe-handshake-deps",
           "edge insertion + scheduling hints only (dspark-model 6(g)), independent of the other rewrites; "
           "last among the DSpark passes: it checks each wait's expected count against its notifier's final "

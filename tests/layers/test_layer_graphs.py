@@ -85,13 +85,15 @@ def test_swa_stage_names_follow_the_seed():
 
 
 def test_flash_tp4_block_counts_match_the_seed_table():
-    """dspark-model.md §3.1/§3.2/§3.5 block counts at TP4, T = 128."""
+    """dspark-model.md §3.1/§3.2/§3.5 block counts at TP4, T = 128; the KV side over the group's 512 rows
+    (docs/seed-baselines.md "SWA": kv_rms_norm_rope and the KV RoPE tables ceil(512/8))."""
     g = built("decode-swa", "flash", 4)
     blocks = {n.name: n.attrs.get("blocks").value(g.env) for n in g.nodes.values() if "blocks" in n.attrs}
     expected = {"hc.hc_pre_rms": 16, "hc.hc_pre_linear": 32, "hc.split_pre_post": 16, "hc.comb_sinkhorn": 16,
                 "hc.mix_x": 64, "attn.rms_norm": 16, "qkv.q_rope_prepare": 16, "qkv.qr_proj_matmul": 16,
                 "qkv.qr_rms_norm_quant": 16, "qkv.qproj_matmul": 64, "qkv.qproj_dequant_rms_nope_rope": 16,
-                "qkv.kv_proj_matmul": 16, "qkv.kv_rms_norm_rope": 16, "swa.swa_cache_insert_valid_bias": 1,
+                "qkv.kv_proj_matmul": 16, "qkv.kv_rms_norm_rope": 64, "qkv.kv_rope_prepare": 64,
+                "cp.x_normed_allgather": 16, "cp.x_normed_allgather.copy_out": 16, "swa.swa_cache_insert_valid_bias": 1,
                 "swa.swa_gather_kv": 512, "swa.qk_pv": 128, "swa.merge_norm": 512, "o.tp_o_a.g0": 256,
                 "o.tp_o_b.g1": 32, "o.tp_o_b_dequant": 512, "hc.hc_post": 128}
     assert {k: blocks[k] for k in expected} == expected

@@ -22,12 +22,13 @@ def test_bitwise_on_tiny_and_within_the_golden_tolerance(layer, seed):
     result = optimise(g, "split-m-fanout", seed)            # the manager checks the bitwise contract
     assert statuses(result) == {"split-m-fanout": "changed"}
     kv = result.graph.nodes[KV]
-    assert (kv.attrs["m_split"], kv.attrs["blocks"].value()) == (2, 2 * g.nodes[KV].attrs["blocks"].value())
+    ways = 4 if layer == "decode-swa" else 2                # SWA's KV side: the TP group's 32 rows (4 M tiles)
+    assert (kv.attrs["m_split"], kv.attrs["blocks"].value()) == (ways, ways * g.nodes[KV].attrs["blocks"].value())
     assert not golden_mismatches(result.graph, seed)
 
 
 def test_no_op_where_m_is_one_tile_and_on_moe():
-    for layer in ATTENTION:                                 # TP4: T = 8, one 8-row M tile
+    for layer in ("decode-hca", "decode-csa"):              # TP4: T = 8, one 8-row M tile (SWA: the group's 32)
         result = optimise(tiny(layer, tp=4), "split-m-fanout", numerics=False)
         assert statuses(result) == {"split-m-fanout": "no-op"}
         assert skips(result, "split-m-fanout")[KV] == "the M extent (8 rows) is a single 8-row tile"
@@ -44,8 +45,10 @@ def test_fires_on_kv_proj_at_flash_tp4(layer, tmp_path):
     assert (kv.attrs["m_split"], kv.attrs["k_split"], kv.attrs["accumulate"]) == (4, 4, "atomic")
     assert "tail" not in kv.attrs
     # edges unchanged: the seed is still an operand (it precedes all 64 blocks), the late_dep edge stays
-    assert [v.name for v in kv.operands] == [v.name for v in was.operands]
-    assert kv.operands[2].producer.op == "zeros" and [d.name for d in kv.deps] == ["attn.late_dep"]
+    # (SWA: typed-gather lets kv_proj read the gathered window instead of its read-back copy)
+    assert [v.name for v in kv.operands] == [v.name.removesuffix(".copy_out") for v in was.operands]
+    gathered = ["cp.x_normed_allgather"] if layer == "decode-swa" else []   # typed-gather's wait → reader edge
+    assert kv.operands[2].producer.op == "zeros" and [d.name for d in kv.deps] == ["attn.late_dep", *gathered]
     # no other matmul is re-gridded (the M tile inside a block is tile-choice's, later in the pipeline)
     for node in after.ops("matmul"):
         if node.name != KV and node.name in before.nodes:

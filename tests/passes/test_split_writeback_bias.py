@@ -1,6 +1,7 @@
-"""split-writeback-bias on the layers: bitwise on tiny decode-swa (3 seeds, T = 16 and a ragged T = 100) and within the
-golden tolerance; the clamped writeback blocks commit every slot; a no-op on HCA/CSA (separate kv_cache_writeback)
-and MoE; fires on decode-swa at flash TP4. Before/after cases: tests/passes/split-writeback-bias/."""
+"""split-writeback-bias on the layers: bitwise on tiny decode-swa (3 seeds, T = 16 (the writeback over the TP group's
+kv rows) and a ragged T = 100) and within the golden tolerance; the clamped writeback blocks commit every slot; a
+no-op on HCA/CSA (separate kv_cache_writeback) and MoE; fires on decode-swa at flash TP4. Before/after cases:
+tests/passes/split-writeback-bias/."""
 from __future__ import annotations
 
 import networkx as nx
@@ -26,7 +27,8 @@ def _check_split(g, tile: int, blocks: int, clamped: bool, bias_tile: int, bias_
     assert (wb.attrs["tile"], wb.attrs["blocks"].value(env), wb.attrs.get("tail") == "clamp") == \
         ((tile,), blocks, clamped)
     assert (bias.attrs["tile"], bias.attrs["blocks"].value(env)) == ((bias_tile,), bias_blocks)
-    assert [v.name for v in wb.operands] == ["qkv.kv_rms_norm_rope", "kv_cache", "swa_slot_mapping"]
+    slots = "swa_slot_mapping" if g.attributes["tp"] == 1 else "cp.slot_mapping_own_rows"   # TP > 1: the group's
+    assert [v.name for v in wb.operands] == ["qkv.kv_rms_norm_rope", "kv_cache", slots]
     assert [v.name for v in bias.operands] == ["swa_lens"]
     nxg = g.to_networkx()
     assert not nx.has_path(nxg, WRITEBACK, BIAS) and not nx.has_path(nxg, BIAS, WRITEBACK)
@@ -39,7 +41,7 @@ def _check_split(g, tile: int, blocks: int, clamped: bool, bias_tile: int, bias_
 def test_bitwise_on_tiny_swa_and_within_the_golden_tolerance(seed):
     result = optimise(tiny("decode-swa"), "split-writeback-bias", seed)   # T = 16; the contract is checked
     assert statuses(result) == {"split-writeback-bias": "changed"}
-    _check_split(result.graph, 8, 2, False, 4, 4)                        # tiny: 8-row writeback tile
+    _check_split(result.graph, 8, 4, False, 4, 4)        # tiny TP2: the group's 32 kv rows in 8-row writeback tiles
     assert not golden_mismatches(result.graph, seed)
 
 
@@ -89,7 +91,7 @@ def test_no_op_on_moe():
 
 def test_fires_on_swa_at_flash_tp4(tmp_path):
     g = flash_opt("decode-swa", tmp_path)
-    _check_split(g, 32, 4, False, 8, 16)                                  # T = 128: 4 blocks of 32; 128/8 = 16
+    _check_split(g, 32, 16, False, 8, 16)     # the group's 512 kv rows: 16 blocks of 32 (the seed's); T/8 = 16
 
 
 @pytest.mark.parametrize("layer", ["decode-hca", "decode-csa"])
