@@ -297,12 +297,12 @@ class PyptoCosts:
         if todo and not self.offline:
             self._simulate(tg, todo, progress)
             known, todo = self.plan(tg, chosen)
+        missing = "no cached cost-model result" if self.offline else "pypto run did not finish"
         for i, _key, _src in todo:      # offline, or a run that did not store (timeouts)
-            known[i] = roofline_cost(tg.tasks[i], self.hw, "no cached cost-model result" if self.offline
-                                     else "pypto run did not finish")
-        for i in chosen:                # tasks sharing a key with a simulated one
+            known[i] = roofline_cost(tg.tasks[i], self.hw, missing)
+        for i in chosen:                # tasks sharing a key with one of those
             if i not in known:
-                known[i] = roofline_cost(tg.tasks[i], self.hw, "pypto run did not finish")
+                known[i] = roofline_cost(tg.tasks[i], self.hw, missing)
         return {i: known[i] for i in chosen}
 
     def _simulate(self, tg: TaskGraph, todo: list, progress) -> None:

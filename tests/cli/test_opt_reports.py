@@ -17,7 +17,8 @@ def test_explain_does_not_list_the_nodes_the_pass_rewrote(capsys):
 
 
 def test_explain_says_why_a_rewritten_node_went_no_further(capsys):
-    assert main(["opt", "decode-swa", "--tp", "4", "--explain", "widen-tile", "-o", os.devnull]) == 0
+    assert main(["opt", "decode-hca", "--tp", "4", "--explain", "widen-tile", "-o", os.devnull]) == 0
     err = capsys.readouterr().err                    # tiny TP4: T = 8, the tile widens 4 -> 8 and stops there
+    #                                                  (decode-swa's KV side now runs on the TP group's 32 rows)
     assert "  stopped  %qkv.kv_rms_norm_rope: a 16-row tile would exceed the 8 rows" in err
     assert "skipped  %qkv.kv_rms_norm_rope" not in err

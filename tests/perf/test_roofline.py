@@ -143,7 +143,7 @@ def test_floor_counts_inputs_caches_outputs_once_and_the_exchange_above():
     assert weights + x_hc < f.parts["inputs"] < weights + x_hc + 1.5e6      # + tables' rows, scales, small inputs
     assert f.parts["outputs"] == 128 * 4 * 4096 * 4                     # x_out once, not per reader/writer
     window = 128 * 128 * 512 * 2                                        # the gather's window rows of kv_cache
-    assert window < f.parts["caches"] < window + 0.2e6                  # + the T new rows written
+    assert window < f.parts["caches"] < window + 0.6e6                  # + the TP group's tp·T = 512 new rows written
     assert f.high - f.low == f.parts["exchange"] > 0
     assert f.low_us == pytest.approx(f.low / 1.6e12 * 1e6)
     assert 100e6 < f.low < 115e6                                        # the issue's SWA TP4 estimate: 92-117 MB
