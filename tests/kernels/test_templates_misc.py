@@ -183,8 +183,8 @@ def _flash_layer_jobs():
         if t.op in SPLIT_OPS:
             jobs[f"flash_{t.kernel}"] = _compile_job(tg, t, KernelJob)
     _, tg = _layer_tg("flash", 4, optimize=False)
-    [copy] = [t for t in tg.kernels if t.op == "window_copy_out"]
-    jobs[f"flash_{copy.kernel}"] = _compile_job(tg, copy, KernelJob)
+    [copy] = [t for t in tg.kernels if t.name == "o.o_group_a2a.copy_out"]    # the O path's (the CP gathers
+    jobs[f"flash_{copy.kernel}"] = _compile_job(tg, copy, KernelJob)            # read back with the same op)
     return jobs
 
 
@@ -268,7 +268,7 @@ def test_collective_copy_out_runs_its_local_copy_in_pypto():
     from lowering.pypto_exec import PYPTO, placement, zeros_job
 
     _, tg = _layer_tg("tiny", 2, optimize=False)
-    [copy] = [t for t in tg.kernels if t.op == "window_copy_out"]
+    [copy] = [t for t in tg.kernels if t.name == "o.o_group_a2a.copy_out"]
     backend, why, _ = placement(copy, tg)
     assert copy.collective and backend == PYPTO and "barriers move no data" in why
     assert f"def {copy.kernel}(" in zeros_job(copy, tg).source
