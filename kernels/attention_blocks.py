@@ -11,7 +11,7 @@ from typing import Iterator
 
 from dspark_ir.hardware import HARDWARE
 
-from .pto import Src, cast_expr
+from .pto import L0A_BYTES, L0B_BYTES, L0C_BYTES, Src, cast_expr
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_swap_index
 
 PTO_NEG_ATTN = -1.0e20   # NEG_INF_ATTN
@@ -36,12 +36,12 @@ def pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128)
     in one L0C tile (up to 512 for a narrow n)."""
     tm = min(tm_max, max(16, -(-m // 16) * 16))
     tn = min(512, max(16, -(-n // 16) * 16))
-    while tm * tn * 4 > 128 * 1024 and tn > 16:
+    while tm * tn * 4 > L0C_BYTES and tn > 16:
         tn //= 2
-    while tm * tn * 4 > 128 * 1024 and tm > 16:
+    while tm * tn * 4 > L0C_BYTES and tm > 16:
         tm //= 2
     tk = min(512, max(16, -(-k // 16) * 16))
-    while (tm * tk * 2 > 64 * 1024 or tk * tn * 2 > 64 * 1024) and tk > 16:
+    while (tm * tk * 2 > L0A_BYTES or tk * tn * 2 > L0B_BYTES) and tk > 16:
         tk //= 2
     tk1 = tk
     while deep and tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 4 <= _PTO_L1_BYTES:
@@ -110,7 +110,7 @@ class PtoWindowAttn:
         self.k_tile, self.scale = k_tile, scale
         self.tiles = list(range(0, self.window, k_tile))
         w, h = self.window, self.heads
-        self.pair = len(self.tiles) == 1 and h % 8 == 0 and 2 * w <= 256 and 4 * w * h * 4 <= 128 * 1024
+        self.pair = len(self.tiles) == 1 and h % 8 == 0 and 2 * w <= 256 and 4 * w * h * 4 <= L0C_BYTES
         self.tile = pto_key_tile(h, k_tile)
         self.o_tile = pto_head_tile(1, h, self.hd, 2 * PTO_TILE_ELEMS)[1:]
         self.scope = 0

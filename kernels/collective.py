@@ -8,7 +8,7 @@ from __future__ import annotations
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
 from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
 
-from .pto import KernelSpec, Src, cast_expr, vec_tile
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, Src, cast_expr, vec_tile
 from .registry import cost_template, template, unsupported
 from .window_release import pypto_window_copy_out
 
@@ -51,7 +51,8 @@ def pypto_o_group_a2a_local(spec: KernelSpec) -> str:
     tp = int(spec.attrs["tp"])
     lg = groups // tp
     src = Src(spec.signature())
-    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((lg, tokens, width), packed.itemsize, 64 * 1024)))})")
+    tile = vec_tile((lg, tokens, width), packed.itemsize, WIDE_VEC_TILE_BYTES)
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
     for s in range(tp):
         src(f"y = pypto.clone(pypto.view({packed.name}, [{lg}, {tokens}, {width}], [{s * lg}, 0, 0]))")
         src(f"pypto.assemble(y, [0, {s * tokens}, 0], {window.name})")
@@ -67,7 +68,7 @@ def pypto_tp_o_reduce_scatter_local(spec: KernelSpec) -> str:
     rows, hidden = out.shape
     tp = int(spec.attrs["tp"])
     src = Src(spec.signature())
-    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, hidden), 4, 64 * 1024)))})")
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, hidden), 4, WIDE_VEC_TILE_BYTES)))})")
     for s in range(tp):
         part = f"pypto.view({partial.name}, [{rows}, {hidden}], [{s * rows}, 0])"
         src(f"acc = {part}" if s == 0 else f"acc = pypto.add(acc, {part})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dspark_ir.hardware import HARDWARE
 from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
 
-from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .pto import L0A_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
 from .registry import template
 from .vector import pto_block_loops, pto_scope, pto_token_units
 
@@ -188,7 +188,7 @@ def _pto_linear_cube(m: int, k: int, n: int) -> str:
     tm = min(32, -(-max(m, 1) // 16) * 16)
     tn = min(32, -(-max(n, 1) // 16) * 16)
     tk = min(512, -(-max(k, 1) // 16) * 16)
-    while tk > 16 and max(tm, tn) * tk * 4 > 64 * 1024:
+    while tk > 16 and max(tm, tn) * tk * 4 > L0A_BYTES:
         tk //= 2
     tk1 = tk
     while tk1 * 2 <= k and (tm + tn) * tk1 * 2 * 4 <= _PTO_L1_BYTES:

@@ -16,7 +16,7 @@ from dspark_ir.ops.indexer import (
 )
 
 from .cube import pto_split_bounds
-from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
 from .registry import template
 from .vector import PTO_NEG_INF, PtoBlock, pto_cols_of, pto_ramp, pto_set_tile, pto_tile
 
@@ -94,7 +94,7 @@ def pypto_idx_qr_rope(spec: KernelSpec) -> str:
     seq = int(spec.attrs["seq"])
     nope = hd - rd
     src = Src(spec.signature())
-    nb = _pto_divisor(batch, max(1, (64 * 1024) // (seq * heads * hd * 4)))
+    nb = _pto_divisor(batch, max(1, WIDE_VEC_TILE_BYTES // (seq * heads * hd * 4)))
     rows = nb * seq
     with src.block(f'for rb in pypto.loop(0, {batch // nb}, 1, name="req_loop", idx_name="rb"):'):
         src(f"t0 = rb * {rows}")

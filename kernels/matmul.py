@@ -10,10 +10,10 @@ from __future__ import annotations
 from dspark_ir.ops.core import Matmul
 
 from .cube import CubePlan, pto_col_loop, pto_cube_plan, pto_cube_setup, pto_split_bounds, pto_view
-from .pto import KernelSpec, RowLoop, Src, row_block, vec_tile
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, row_block, vec_tile
 from .registry import template
 
-_PTO_ACC_TILE_BYTES = 64 * 1024  # f32 tiles of the atomic adds: fewer vector tasks after the cube phase
+_PTO_ACC_TILE_BYTES = WIDE_VEC_TILE_BYTES  # f32 tiles of the atomic adds: fewer vector tasks after the cube phase
 
 _pto_OUT = {"f32": "pypto.DT_FP32", "bf16": "pypto.DT_BF16", "fp16": "pypto.DT_FP16", "i32": "pypto.DT_INT32"}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 # x · inv first, then · w, one bf16 rounding. Each row block is one forced subgraph with ≤ 64 KiB f32 tiles.
 from dspark_ir.ops.core import RmsNorm
 
-from .pto import KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
 from .registry import template
 
 
@@ -18,7 +18,7 @@ def pypto_rmsnorm(spec: KernelSpec) -> str:
     eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
     loop = RowLoop(src, x, row_block(spec, default=8))
-    tile = vec_tile(tuple(loop.shape(x)), 4, budget=64 * 1024)
+    tile = vec_tile(tuple(loop.shape(x)), 4, budget=WIDE_VEC_TILE_BYTES)
     with loop.loop():
         src("pypto.set_pass_options(sg_set_scope=1)")  # one task per row block (flash attn.rms_norm 36 → 5 µs)
         src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")

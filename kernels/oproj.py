@@ -18,7 +18,7 @@ from .cube import (
     pto_cube_tiles_filled,
     pto_view,
 )
-from .pto import KernelSpec, RowLoop, Src, cast_expr, ceil_div, round_up, row_block, vec_tile
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, cast_expr, ceil_div, round_up, row_block, vec_tile
 from .registry import template
 
 
@@ -53,7 +53,7 @@ def pypto_o_proj_a(spec: KernelSpec) -> str:
 
 
 _PTO_QUANT_ROWS = 256   # rows per loop iteration: one forced subgraph each (flash: 250 → ~42 µs in the cost model)
-_PTO_QUANT_TILE_BYTES = 64 * 1024   # one f32 vector tile
+_PTO_QUANT_TILE_BYTES = WIDE_VEC_TILE_BYTES   # one f32 vector tile
 
 
 @template(QuantRows)
@@ -122,7 +122,7 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     return src.text()
 
 
-_PTO_DEQUANT_TILE_BYTES = 64 * 1024  # one f32 [r, N] operand tile
+_PTO_DEQUANT_TILE_BYTES = WIDE_VEC_TILE_BYTES  # one f32 [r, N] operand tile
 _PTO_DEQUANT_CORES = HARDWARE.vector_cores  # vector cores: the row blocks (one forced subgraph each) run in one wave
 
 

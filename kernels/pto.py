@@ -35,6 +35,8 @@ def module_prelude() -> str:
 
 VEC_TILE_BYTES = 16 * 1024  # per operand tile; an op group holds several of them in the 192 KiB UB
 BLOCK_BYTES = HARDWARE.ub_block_bytes  # a tile's last dim must span a multiple of 32 bytes
+# the widest vector operand tile a template asks for (64 KiB): an op's inputs and output still fit the UB
+WIDE_VEC_TILE_BYTES = HARDWARE.ub_bytes // 3
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from .attention_blocks import (
 )
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
-from .pto import KernelSpec, Src, cast_expr, vec_tile
+from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
 from .registry import template
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
@@ -499,7 +499,7 @@ def pypto_hca_cmp_work_gather(spec: KernelSpec) -> str:
     src(f"oka = pypto.ge(pypto.reshape(phf, [{b_n}, {n}, 1]), 0.0)")
     pto_scope(src, -1)
     d_tile = hd
-    while n * d_tile * 2 > 64 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+    while n * d_tile * 2 > L0B_BYTES and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
     for b in range(b_n):
         pto_set_tile(src, [1, max(n, 8)])

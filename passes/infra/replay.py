@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Sequence
+
+from dspark_ir.commandline import CommandLine
 
 from .pipeline import Pipeline
 from .registry import is_builtin
@@ -12,18 +13,14 @@ from .registry import is_builtin
 def opt_command(target: str, pipeline: Pipeline, *, rewrite_limit: int | None = None, check_numerics: bool = False,
                 seed: int = 0, roundtrip: bool = False, verify_each: bool = True,
                 plugins: Sequence[str] = ()) -> str:
-    words = ["dspark", "opt", target, "-p", str(pipeline)]
-    for module in plugin_modules(pipeline, plugins):
-        words += ["--plugin", module]
+    line = CommandLine("opt", target).option("-p", str(pipeline))
+    line.repeated("--plugin", plugin_modules(pipeline, plugins))
     if rewrite_limit is not None:
-        words += ["--bisect-limit", str(rewrite_limit), "--bisect-rewrites"]
-    if not verify_each:
-        words.append("--no-verify-each")
-    if roundtrip:
-        words.append("--roundtrip-each")
+        line.option("--bisect-limit", rewrite_limit).add("--bisect-rewrites")
+    line.flag("--no-verify-each", not verify_each).flag("--roundtrip-each", roundtrip)
     if check_numerics:
-        words += ["--check-numerics", "--seed", str(seed)]
-    return " ".join(shlex.quote(w) for w in words)
+        line.add("--check-numerics").option("--seed", seed)
+    return str(line)
 
 
 def plugin_modules(pipeline: Pipeline, extra: Sequence[str] = ()) -> list[str]:
