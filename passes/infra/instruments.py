@@ -128,16 +128,23 @@ class PrintIR(Instrument):
         state.stdout.write(print_graph(g))
 
 
-class Explain(Instrument):
-    """--explain NAME: what the pass rewrote and, for candidates that did not fire, why (stderr)."""
+class EndReport(Instrument):
+    """An instrument that prints one report when the pipeline ends, whether it finished or failed."""
 
     def finish(self, state, result):
-        self._report(state)
+        self.report(state)
 
     def fail(self, state, error, g):
-        self._report(state)
+        self.report(state)
 
-    def _report(self, state):
+    def report(self, state):
+        raise NotImplementedError
+
+
+class Explain(EndReport):
+    """--explain NAME: what the pass rewrote and, for candidates that did not fire, why (stderr)."""
+
+    def report(self, state):
         out = state.stderr
         for name in state.ctx.explain:
             runs = [r for r in state.runs if r.name == name]
@@ -154,18 +161,12 @@ class Explain(Instrument):
                     print(f"  skipped  {skip}", file=out)
 
 
-class PassStats(Instrument):
+class PassStats(EndReport):
     """--pass-stats: per pass application, the sites its match() yielded, how many it rewrote, declined (the
     rewrite no longer applied, or an earlier rewrite replaced the node), and the candidates it skipped, counted
     by reason (stderr)."""
 
-    def finish(self, state, result):
-        self._report(state)
-
-    def fail(self, state, error, g):
-        self._report(state)
-
-    def _report(self, state):
+    def report(self, state):
         out = state.stderr
         print("===- pass statistics -===", file=out)
         for r in state.runs:
@@ -181,16 +182,10 @@ class PassStats(Instrument):
                 print(f"      {count:>4} skipped: {reason}", file=out)
 
 
-class TimeReport(Instrument):
+class TimeReport(EndReport):
     """--time-passes: wall time of each pass and of its checks, rewrite counts and node deltas (stderr)."""
 
-    def finish(self, state, result):
-        self._table(state)
-
-    def fail(self, state, error, g):
-        self._table(state)
-
-    def _table(self, state):
+    def report(self, state):
         rows = [("#", "pass", "status", "wall ms", "checks ms", "rewrites", "nodes", "+add -rm ~mod")]
         for r in state.runs:
             nodes = f"{r.nodes_before}→{r.nodes_after}" if r.ran else ""
