@@ -439,7 +439,10 @@ class CasesReport:
         return "\n".join(lines)
 
     def to_json(self) -> list[dict]:
-        return [r.to_json() for r in self.results]
+        """One row per case (the issue's fields and more); `model` names what predicted it, so two files from
+        different schedule models or cost sources are never compared unknowingly."""
+        model = {"cost_source": self.source, "schedule": self.params.name, "block_model": self.params.block_model}
+        return [{**r.to_json(), "model": model} for r in self.results]
 
 
 def _side(before: float | None, after: float | None, delta: float | None, published: bool = False) -> str:

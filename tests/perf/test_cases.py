@@ -210,6 +210,7 @@ def test_cli_runs_a_case_file(tmp_path, capsys):
     doc = json.loads((out / "cases.json").read_text())
     assert len(doc) == 4 and (out / "cases.md").is_file()
     assert doc[0]["predicted"]["before_us"] > 0
+    assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "span"}
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
