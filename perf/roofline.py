@@ -190,14 +190,23 @@ def _score_rows(t: Task) -> dict[str, float]:
 
 
 def _csa_qk_rows(t: Task) -> dict[str, float]:
-    """csa_qk_pv reads WIN window rows per token from kv_cache and its top-k compressed rows from cmp_kv."""
+    """csa_qk_pv reads WIN window rows per token from kv_cache and its top-k compressed rows from cmp_kv; with
+    `live_blocks` only the top-k rows those blocks cover (as its template gathers)."""
     out = {}
     kv, win, cmp, idx = arg(t, "kv_cache"), arg(t, "swa_indices"), arg(t, "cmp_kv"), arg(t, "cmp_sparse_indices")
     if kv is not None and win is not None:
         out["kv_cache"] = float(numel(win) * kv.shape[-1] * ITEMSIZE[kv.dtype])
     if cmp is not None and idx is not None:
-        out["cmp_kv"] = float(numel(idx) * cmp.shape[-1] * ITEMSIZE[cmp.dtype])
+        covered = min(idx.shape[1], max(0, _csa_keys(t) - (win.shape[1] if win is not None else 0)))
+        out["cmp_kv"] = float(idx.shape[0] * covered * cmp.shape[-1] * ITEMSIZE[cmp.dtype])
     return out
+
+
+def _csa_keys(t: Task) -> int:
+    """Keys per token csa_qk_pv computes: window + top-k, or its first live_blocks k_tile blocks."""
+    width = _rows_dim("sparse_bias")(t)
+    live = t.attrs.get("live_blocks")
+    return width if live is None else min(width, int(live) * int(t.attrs["k_tile"]))
 
 
 def _group_slices(*params: str):
@@ -339,7 +348,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     HcaRawAttn: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
     HcaCmpQkPv: Rule(cube=_attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
                      softmax=True),
-    CsaQkPv: Rule(touched=_csa_qk_rows, cube=_attention("q", _rows_dim("sparse_bias")), softmax=True),
+    CsaQkPv: Rule(touched=_csa_qk_rows, cube=_attention("q", _csa_keys), softmax=True),
     CsaMergeNorm: _factor(10),
     HcaStreamMerge: _factor(8),
     HcaStreamPack: _factor(6),

@@ -147,3 +147,19 @@ def test_floor_counts_inputs_caches_outputs_once_and_the_exchange_above():
     assert f.high - f.low == f.parts["exchange"] > 0
     assert f.low_us == pytest.approx(f.low / 1.6e12 * 1e6)
     assert 100e6 < f.low < 115e6                                        # the issue's SWA TP4 estimate: 92-117 MB
+
+
+def test_csa_qk_pv_counts_only_its_live_blocks():
+    """With max_context = 256 only the first live_blocks of csa.qk_pv hold valid rows; its template computes and
+    gathers only those, so its roofline counts only their keys and compressed rows."""
+    def qk_work(**params):
+        tg = build_task_graph(layers.build("decode-csa", config="flash", tp=4, **params))
+        t = tg.task("csa.qk_pv")
+        return t, task_work(t)
+
+    full_task, full = qk_work()
+    live_task, live = qk_work(max_context=256)
+    k_tile, live_blocks = int(live_task.attrs["k_tile"]), int(live_task.attrs["live_blocks"])
+    assert "live_blocks" not in full_task.attrs and live_blocks * k_tile < 640
+    assert live.cube_flops / full.cube_flops == pytest.approx(live_blocks * k_tile / 640)
+    assert live.read < full.read
