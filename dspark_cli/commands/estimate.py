@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from ..common import (
     CommandLine,
@@ -43,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", choices=("pypto", "roofline"), default="pypto",
                    help="per-kernel costs: pypto's cost model (default) or the roofline only")
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
+    p.add_argument("--model", choices=("chip", "legacy"), default="chip",
+                   help="schedule model (perf/schedule.py), as ab: chip = hop latency, block dispatch and launch "
+                        "floor fitted by `dspark calibrate` (default); legacy = the model before issue 16")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
     p.add_argument("--kernels", type=int, default=12, metavar="N", help="kernel rows to print (default 12; 0: none)")
     p.add_argument("--json", metavar="FILE", help="write the estimate (every kernel row) as JSON")
@@ -54,6 +58,8 @@ def command_line(args: argparse.Namespace) -> str:
     line = CommandLine("estimate", args.target).layer(args).option("-p", args.pipeline)
     line.add(*toggle_words(args)).flag("--no-env", args.no_env).option("--source", args.source)
     line.flag("--offline", args.offline).environment(not args.no_env)
+    if args.model != "chip":
+        line.option("--model", args.model)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     return str(line)
@@ -78,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     executor = None if args.source == "roofline" or args.offline else executor_from_args(args)
     source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
         cache=args.cost_cache, offline=args.offline, executor=executor)
-    params = ScheduleParams() if args.dispatch_cycles is None else ScheduleParams(dispatch_cycles=args.dispatch_cycles)
+    params = ScheduleParams.named(args.model)
+    if args.dispatch_cycles is not None:
+        params = replace(params, dispatch_cycles=args.dispatch_cycles)
     bar = None if args.no_progress or args.source == "roofline" else _bar()
     try:
         est = estimate(c.tg, source, params, label=str(c.graph.name), progress=_update(bar))
@@ -89,13 +97,14 @@ def run(args: argparse.Namespace) -> int:
             executor.close()
     print(est.summary())
     env = "".join(f"; {k}={v}" for k, v in ctx.environment().items())
-    print(f"pipeline: {pipeline or 'none'} (key {pipeline.key}{env}); cost source: {source.name}")
+    print(f"pipeline: {pipeline or 'none'} (key {pipeline.key}{env}); cost source: {source.name}; "
+          f"schedule model: {params.name}")
     if args.kernels:
         print(kernel_table(est, args.kernels))
     print(f"Reproduce: {command_line(args)}")
     if args.json:
         record = {"schema": "dspark-estimate/1", "command": command_line(args), "pipeline": str(pipeline),
-                  "pipeline_key": pipeline.key, "source": source.name,
+                  "pipeline_key": pipeline.key, "source": source.name, "schedule_model": params.name,
                   "provenance": provenance(command_line(args), ctx), **est.to_json()}
         emit(json.dumps(record, indent=1, default=str) + "\n", args.json)
     return 0

@@ -88,6 +88,23 @@ def test_estimate_layer_file_and_json(tmp_path, capsys):
     assert again.split(",")[0] == text.split(",")[0]
 
 
+def test_estimate_uses_the_schedule_model_of_ab(tmp_path, capsys):
+    """estimate and ab default to the same (chip) schedule model, and --model legacy is the model without the chip's
+    hop, block-dispatch and launch terms, so its makespan is shorter on the same kernels."""
+    def makespan(*extra) -> tuple[float, str]:
+        out = tmp_path / "e.json"
+        assert main(["estimate", "decode-swa", "--source", "roofline", "--kernels", "0", "--json", str(out),
+                     *extra]) == 0
+        text = capsys.readouterr().out
+        return json.loads(out.read_text())["makespan_us"], text
+
+    chip, text = makespan()
+    assert "schedule model: chip" in text and "--model" not in text.split("Reproduce:")[1]
+    legacy, text = makespan("--model", "legacy")
+    assert "schedule model: legacy" in text and "--model legacy" in text.split("Reproduce:")[1]
+    assert legacy < chip
+
+
 def test_estimate_pipeline_options_and_plugins(capsys):
     assert main(["estimate", "decode-swa", "-p", "canonicalize,split-m-fanout{ways=2},dce", "--source", "roofline",
                  "--kernels", "0", "--plugin", "tests.passes.planted", "--enable", "planted-options{ways=3}"]) == 0
