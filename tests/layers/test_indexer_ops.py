@@ -171,8 +171,9 @@ def test_shape_rules():
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_staged_topk_is_the_topk_exactly_when_its_widest_stage_covers_the_prefix(data):
-    """Against a plain argsort of the visible prefix: equal whenever the widest stage covers it; past it, the first min(k, visible) staged entries are the first runs' keys (all visible,
-    unique), which differ from the top-k once a better key sits beyond the first run."""
+    """Against a plain argsort of the visible prefix: equal whenever the widest stage covers it; past it, the
+    first min(k, visible) staged entries are the first runs' keys (all visible, unique), which differ from the
+    top-k once a better key sits beyond the first run."""
     first = data.draw(st.sampled_from([1, 2, 4]))
     stages = [first * 2 ** i for i in range(data.draw(st.integers(1, 4)))]
     score_len, k = data.draw(st.sampled_from([16, 32, 48])), data.draw(st.integers(1, 12))
