@@ -257,6 +257,11 @@ class IdxTopk(_IdxOp):
         return [("tokens", ins[0].shape[0])]
 
 
+# The seed's prefill top-k before its fix (dspark-model.md §6(h)): sort32, then mrgsort 64 and 256; a prefill layer
+# builds its idx_topk with these and the topk-merge-stage pass adds 1024 where the score cap exceeds 256.
+SEED_PREFILL_SORT_STAGES = (32, 64, 256)
+
+
 def score_prefix(attrs) -> int:
     """The score entries a top-k can see: min(score_len, max_visible) (score_len when max_visible is unset)."""
     bound = attrs.get("max_visible")

@@ -13,6 +13,7 @@ import pytest
 
 from dspark_cli.main import main
 from dspark_ir import interp, parse_graph, print_graph
+from dspark_ir.ops.indexer import SEED_PREFILL_SORT_STAGES
 from dspark_ir.semantics.indexer import idx_topk
 from passes import PassContext, run_pipeline
 from passes.infra import properties
@@ -61,6 +62,7 @@ def test_wrong_keys_without_the_stage_right_with_it(seed):
     g = example()
     node = g.nodes["idx.topk"]
     k, cap = node.attrs["k"], node.attrs["max_visible"]
+    assert node.attrs["sort_stages"] == SEED_PREFILL_SORT_STAGES
     inputs = chunk_inputs(g, seed)
     expected = full_sort_topk(inputs, k, cap)
     visible = np.minimum((inputs["positions"] + 1) // 4, cap)
