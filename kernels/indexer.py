@@ -3,6 +3,7 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/pto.py); mirror the references above.
+from dspark_ir.errors import DsparkError
 from dspark_ir.ops.indexer import (
     IdxHadamardMatmul,
     IdxQQuant,
@@ -13,6 +14,7 @@ from dspark_ir.ops.indexer import (
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
+    unsorted_prefix,
 )
 
 from .cube import pto_split_bounds
@@ -367,7 +369,13 @@ def pypto_idx_topk(spec: KernelSpec) -> str:
     FP32_NEG_INF entries inside the visible range still rank before them), `pypto.topk` (k largest, descending),
     ranks ≥ visible[t] → −1, the tail columns [k, score_len) → −1. Ties among equal scores come out in pypto's sort
     order, not the reference's lower-index-first rule (dsv4-math §5.3: ties are unpinned). With `max_visible` (a
-    context bound) the sort covers only the first max(k, max_visible) entries: every later one is −inf."""
+    context bound) the sort covers only the first max(k, max_visible) entries: every later one is −inf.
+    `pypto.topk` sorts the whole row, which is the staged sort of `sort_stages` whenever its widest stage covers
+    the score prefix (dspark-model.md §6(h)); a top-k whose stages do not is refused (the reference would pick
+    other keys than this kernel): the `topk-merge-stage` pass repairs it."""
+    why = unsorted_prefix(spec.attrs)
+    if why is not None:
+        raise DsparkError(f"idx_topk template: {why}; run topk-merge-stage first", f"kernel {spec.name}")
     score, pos, kv_len = spec.operands
     out = spec.results[0]
     k, seq, score_len = int(spec.attrs["k"]), int(spec.attrs["seq"]), int(spec.attrs["score_len"])

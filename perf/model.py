@@ -100,3 +100,31 @@ def model_graph(config: str = "flash", *, tp: int | None = None, batch: int | No
     model.returns.insert(0, x)
     model.set_returns(model.returns)
     return model
+
+
+def moe_rounds_graph(config: Any = "tiny", *, ep: int | None = None, batch: int | None = None,
+                     seq: int | None = None, rounds: int = 2) -> Graph:
+    """`rounds` MoE sublayers chained (each one all-to-all round: dispatch → experts → combine), each round's
+    x_out feeding the next round's x_hc, at a prefill chunk of T = batch·seq tokens per rank: how a long prefill
+    request meets the EP handshake round after round (dspark-model.md §6(g): EP8 prefill deadlocked "once a
+    request ran enough all-to-all rounds"). Weights and signal windows are per round (prefix `R<i>.`), as the
+    model graph's per layer; positions and routing inputs are shared. Sort routing (layer n_hash_layers)."""
+    from dspark_ir import layers as L
+    from dspark_ir.errors import ConfigError
+    from goldens.config import config_by_name
+
+    if rounds < 1:
+        raise ConfigError(f"rounds: must be >= 1, got {rounds}")
+    cfg = config_by_name(config) if isinstance(config, str) else config
+    one = L.build("moe", config=cfg, batch=batch, seq=seq, layer_id=cfg.n_hash_layers,
+                  **({} if ep is None else {"ep": ep}))
+    symbols = {k: v for k, v in one.symbols.items() if k in SHARED_SYMBOLS}
+    attrs = {k: v for k, v in one.attributes.items() if k in ("config", "tp", "ranks", "ep")}
+    model = Graph(f"{cfg.name}_moe_rounds", symbols, {**attrs, "rounds": rounds})
+    shared: dict[str, Value] = {}
+    x: Value | None = None
+    for i in range(rounds):
+        x = splice_layer(model, one, f"R{i}.", x, shared)
+    model.returns.insert(0, x)
+    model.set_returns(model.returns)
+    return model

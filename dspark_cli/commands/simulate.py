@@ -8,8 +8,10 @@ memory) the numpy references run as tasks complete and the outputs are compared 
 Then it explores: --schedules N (default 24) runs in all, the others with drawn core budgets (half of them the
 smallest that fits), dispatch seeds and block-duration jitter (lowering/simulate/explore.py), because with ample
 cores the ranks run in lockstep and a missing cross-rank edge never shows; the first failing one is printed with
-the flags that reproduce it. Exit status: 0 every schedule completed and clean, 1 deadlock, problem or value
-mismatch, 2 error.
+the flags that reproduce it. `moe --rounds R` simulates R MoE sublayers chained (perf.model.moe_rounds_graph: one
+all-to-all round each, at the --batch/--seq chunk), where a missing handshake edge shows once the rounds' early
+waits hold enough cores (dspark-model.md §6(g)). Exit status: 0 every schedule completed and clean, 1 deadlock,
+problem or value mismatch, 2 error.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p, "LAYER|FILE")
     p.add_argument("--ep", type=int, default=None,
                    help="expert-parallel ranks of the moe layer (default: the config's)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="moe only: R MoE sublayers chained, one all-to-all round each (perf.model.moe_rounds_graph; "
+                        "a prefill chunk with --batch/--seq); default 1: the moe layer itself")
     p.add_argument("--cores-cube", type=int, default=HARDWARE.cube_cores, metavar="N",
                    help=f"cube (AIC) cores per rank (default {HARDWARE.cube_cores})")
     p.add_argument("--cores-vector", type=int, default=HARDWARE.vector_cores, metavar="N",
@@ -66,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("must be >= 1", "--schedules")
     if args.jitter < 0:
         raise UsageError("must be >= 0", "--jitter")
-    c = compile(load_graph(args), pipeline=args.pipeline, sources=False)
+    if args.rounds < 1:
+        raise UsageError("must be >= 1", "--rounds")
+    c = compile(_graph(args), pipeline=args.pipeline, sources=False)
     g, tg = c.graph, c.tg
     inputs = _inputs(g, tg, args)
     config = SimConfig(cube=args.cores_cube, vector=args.cores_vector, seed=args.seed, jitter=args.jitter,
@@ -91,6 +98,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"first failing schedule: #{schedule.index} (reproduce with {schedule.flags()}):")
             print(failed.report())
     return 0 if not exploration.failed and not mismatch else 1
+
+
+def _graph(args: argparse.Namespace):
+    if args.rounds == 1:
+        return load_graph(args)
+    if args.target != "moe":
+        raise UsageError("applies to the moe layer only", "--rounds")
+    if args.tp is not None:
+        raise UsageError("the moe rounds run on the config's ranks (use --ep)", "--tp")
+    from perf.model import moe_rounds_graph
+
+    return moe_rounds_graph(args.config, ep=args.ep, batch=args.batch, seq=args.seq, rounds=args.rounds)
 
 
 def _inputs(g, tg, args: argparse.Namespace):
@@ -161,6 +180,8 @@ def _header(g, args: argparse.Namespace) -> str:
     a = g.attributes
     what = f"{a['layer']} · config {a.get('config')}" if "layer" in a else f"@{g.name}"
     ranks = f"ep {a['ep']}" if "ep" in a else f"tp {a.get('tp', 1)}"
+    if "rounds" in a:
+        what = f"moe × {a['rounds']} rounds · T = {g.symbols.get('T')} · config {a.get('config')}"
     pipeline = args.pipeline if args.pipeline and args.pipeline.strip() != "none" else NO_PASSES
     return (f"dspark simulate {what} · {ranks} · {args.cores_cube} cube + {args.cores_vector} vector cores per "
             f"rank · seed {args.seed} · pipeline {pipeline}")

@@ -223,17 +223,30 @@ class IdxScore(_IdxOp):
 class IdxTopk(_IdxOp):
     """The first min(k, visible) entries by descending score (ties → lower index first), then −1: i32 [T, score_len]
     (topk). `max_visible` is the static bound on visible (visible is capped at it, as in idx_score; the template
-    sorts only the first max(k, max_visible) entries); when it is ≤ k the top-k bypass applies."""
+    sorts only the first max(k, max_visible) entries); when it is ≤ k the top-k bypass applies.
+
+    `sort_stages` (dspark-model.md §6(h)) is the staged sort of the prefill kernel: the run width after each stage
+    (sort32, then mrgsort merges), ascending, each a multiple of the one before. After the widest stage W the row
+    is ordered only within runs of W entries, so the result is the top-k above only when the score prefix
+    (`score_prefix`: min(score_len, max_visible)) fits in one run; past W the first run's keys crowd out the
+    rest and the top-k is silently wrong. Unset: one full sort (decode)."""
     name = "idx_topk"
     row_sets = True     # tied scores (e.g. two exact 0.0) may come in either order
     operands = ("score", "positions", "kv_seq_len")
     attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
-                                   "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
+                                   "max_visible": Attr("int", doc="static bound on visible (cache extent)"),
+                                   "sort_stages": Attr("ints", doc="run width after each sort stage (unset: one "
+                                                                   "full sort)")}
     reference = numpy_reference("indexer", "idx_topk")
 
     def infer(self, ins, attrs):
         score, pos, kv_len = ins
         check_visibility(attrs, pos, kv_len)
+        stages = attrs.get("sort_stages")
+        if stages is not None:
+            expect(len(stages) > 0 and stages[0] > 0, f"sort_stages must be positive run widths, got {list(stages)}")
+            expect(all(b % a == 0 and b > a for a, b in zip(stages, stages[1:])),
+                   f"each sort stage must merge whole runs of the one before, got {list(stages)}")
         expect(score.rank == 2 and score.dtype == F32, f"score must be f32[T, score_len], got {score}")
         expect_same_dim(score.shape[0], pos.shape[0], "score rows vs positions")
         expect(score.shape[1].value() in (None, attrs["score_len"]), f"score width must be {attrs['score_len']}")
@@ -242,6 +255,27 @@ class IdxTopk(_IdxOp):
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0])]
+
+
+# The seed's prefill top-k before its fix (dspark-model.md §6(h)): sort32, then mrgsort 64 and 256; a prefill layer
+# builds its idx_topk with these and the topk-merge-stage pass adds 1024 where the score cap exceeds 256.
+SEED_PREFILL_SORT_STAGES = (32, 64, 256)
+
+
+def score_prefix(attrs) -> int:
+    """The score entries a top-k can see: min(score_len, max_visible) (score_len when max_visible is unset)."""
+    bound = attrs.get("max_visible")
+    return attrs["score_len"] if bound is None else min(attrs["score_len"], bound)
+
+
+def unsorted_prefix(attrs) -> str | None:
+    """Why a top-k's staged sort leaves its score prefix only partially ordered (None: it sorts the prefix)."""
+    stages = attrs.get("sort_stages")
+    if stages is None or stages[-1] >= score_prefix(attrs):
+        return None
+    return (f"score prefix {score_prefix(attrs)} exceeds the widest merge stage {stages[-1]} "
+            f"(sort_stages = {list(stages)}): the row is ordered only within runs of {stages[-1]}, so the top-k takes "
+            f"the first run's keys, not the best")
 
 
 @register_op

@@ -103,9 +103,28 @@ def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positio
     return out
 
 
-def idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, max_visible=None, **_):
+def staged_sort(row, stages) -> np.ndarray:
+    """The positions of `row` after a staged descending sort (dspark-model.md §6(h)): stage i leaves runs of
+    stages[i] entries each ordered (the first sorts each run, sort32; each later one merges whole runs of the one
+    before, mrgsort; ties → lower index first). A merge of ordered runs is the ordered run of their union, so each
+    stage is an ordered sort of each of its runs; the row stays unordered across runs of the widest stage."""
+    n = len(row)
+    order = np.arange(n)
+    for width in stages:
+        full = n - n % width
+        for lo, hi, w in ((0, full, width), (full, n, n - full)):     # the whole runs, then a ragged last run
+            if hi > lo:
+                runs = order[lo:hi].reshape(-1, w)
+                perm = np.lexsort((runs, -row[runs]), axis=-1)
+                order[lo:hi] = np.take_along_axis(runs, perm, axis=-1).ravel()
+    return order
+
+
+def idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, max_visible=None, sort_stages=None, **_):
     """i32 [T, score_len]: the first min(k, visible) entries by descending score (stable: ties keep the lower
-    index first), then −1; visible capped at max_visible when given (as idx_score)."""
+    index first), then −1; visible capped at max_visible when given (as idx_score). With `sort_stages`, the first
+    min(k, visible) entries of the staged sort of the row (entries at or past visible masked to −inf): the top-k
+    while the widest stage covers the visible prefix, the first runs' keys past it."""
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
     if max_visible is not None:
         vis = np.minimum(vis, max_visible)
@@ -113,7 +132,11 @@ def idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, max_visi
     out = np.full(s.shape, -1, np.int32)
     for t, n in enumerate(vis):
         kk = min(k, int(n))
-        out[t, :kk] = np.argsort(-s[t, :n], kind="stable")[:kk]
+        if sort_stages is None:
+            out[t, :kk] = np.argsort(-s[t, :n], kind="stable")[:kk]
+        else:
+            masked = np.where(np.arange(score_len) < n, s[t].astype(np.float64), -np.inf)
+            out[t, :kk] = staged_sort(masked, sort_stages)[:kk]
     return out
 
 

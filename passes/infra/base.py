@@ -87,6 +87,13 @@ class Pass:
     def run(self, g: Graph) -> list[RewriteRecord]:
         raise NotImplementedError
 
+    def intended(self, g: Graph) -> Graph:
+        """The graph whose values this pass's output must match under its contract (--check-numerics): `g` for a
+        pass that keeps values. A pass that repairs a defect (a top-k whose sort misses keys) overrides it: `g`
+        with the defect's intended meaning, built without the pass's own rewrite, so the check still compares
+        two independent computations."""
+        return g
+
     @classmethod
     def whole_graph(cls) -> bool:
         """True when the pass overrides run() instead of match()/rewrite()."""

@@ -32,6 +32,10 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "widens the one kept with kv_rms_norm_rope, as before). Off by default: the default pipeline and "
           "generated sources stay those of the seed's task list",
           enabled=False),
+    Entry("topk-merge-stage",
+          "a correctness repair (dspark-model 6(h)) before topk-bypass, whose guarded form keeps the top-k as its "
+          "fallback and so needs it right: it only widens the sort of a staged (prefill) top-k, attributes "
+          "only; decode top-ks sort once in full and are left alone, so the generated sources do not move"),
     Entry("topk-bypass",
           "first DSpark pass: it removes work (the static form leaves idx.score, the indexer q side and the "
           "head weights dead for dce) that the re-tiling/fusion passes below would otherwise rewrite, and it "

@@ -29,7 +29,7 @@ class NumericsCheck(Instrument):
     def after_pass(self, state, run, before, g):
         if not run.changed:
             return
-        expected = self._outputs(before)
+        expected = self._outputs(run.pass_.intended(before))
         try:
             got = self._outputs(g)
         except DsparkError as e:

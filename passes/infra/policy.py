@@ -13,6 +13,10 @@ from dspark_ir.hardware import HARDWARE
 from dspark_ir.ops.core import Matmul
 from dspark_ir.ops.qkv import KvRmsNormRope, RopeTables
 
+# ---- topk-merge-stage -------------------------------------------------------------------------------------
+TOPK_MERGE_STAGE = 1024                  # the seed's prefill fix: mrgsort(block_len = 1024) after 64 and 256
+TOPK_MERGE_FAN_IN = 4                    # mrgsort merges four runs: a prefix past one stage takes the next ×4
+
 # ---- split-m-fanout ---------------------------------------------------------------------------------------
 SPLIT_M_OPS = ("kv_proj_matmul",)        # the seed PR's one under-occupied matmul
 SPLIT_M_WAYS = 4                         # the seed's KV_OM: M tiles fanned out 4 ways

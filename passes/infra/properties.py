@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dspark_ir.graph import Graph
+from dspark_ir.ops.indexer import IdxTopk, unsorted_prefix
 
 from .base import Skip
 
@@ -41,6 +42,15 @@ def first_site(pass_name: str, g: Graph) -> str | None:
     return None
 
 
+def _topk_sorts_prefix(g: Graph) -> str | None:
+    for node in g.ops(IdxTopk.name):
+        why = unsorted_prefix(node.attrs)
+        if why is not None:
+            return f"%{node.name}: {why}"
+    return None
+
+
+register_property("topk-sorts-prefix", _topk_sorts_prefix, "topk-merge-stage")
 register_property("canonical", lambda g: first_site("canonicalize", g), "canonicalize")
 register_property("no-common-subexpressions", lambda g: first_site("cse", g), "cse")
 register_property("no-dead-nodes", lambda g: first_site("dce", g), "dce")

@@ -10,8 +10,8 @@ def header(tmp_path, capsys, *argv) -> str:
 
 
 def test_bisect_limit_header_is_the_pipeline_that_ran(tmp_path, capsys):
-    limited = header(tmp_path, capsys, "--bisect-limit", "3")
-    explicit = header(tmp_path, capsys, "-p", "canonicalize,cse,topk-bypass")
+    limited = header(tmp_path, capsys, "--bisect-limit", "4")
+    explicit = header(tmp_path, capsys, "-p", "canonicalize,cse,topk-merge-stage,topk-bypass")
     full = header(tmp_path, capsys)
     assert limited == explicit and limited != full
     assert "split-writeback-bias" not in limited

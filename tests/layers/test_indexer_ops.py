@@ -7,6 +7,8 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dspark_ir.errors import ShapeError
 from dspark_ir.graph import Graph
@@ -163,3 +165,31 @@ def test_shape_rules():
     with pytest.raises(ShapeError, match="kv_seq_len rows"):
         g.add_op("idx_topk", [p["score"], p["pos"], p["kv_len"]], dict(k=16, ratio=4, seq=8, score_len=128),
                  names="y")
+
+
+# ---- the staged prefill sort (sort_stages, dspark-model.md §6(h)) ---------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_staged_topk_is_the_topk_exactly_when_its_widest_stage_covers_the_prefix(data):
+    """Against a plain argsort of the visible prefix: equal whenever the widest stage covers it; past it, the
+    first min(k, visible) staged entries are the first runs' keys (all visible, unique), which differ from the
+    top-k once a better key sits beyond the first run."""
+    first = data.draw(st.sampled_from([1, 2, 4]))
+    stages = [first * 2 ** i for i in range(data.draw(st.integers(1, 4)))]
+    score_len, k = data.draw(st.sampled_from([16, 32, 48])), data.draw(st.integers(1, 12))
+    t = 6
+    positions = np.array(data.draw(st.lists(st.integers(0, score_len - 1), min_size=t, max_size=t)), np.int32)
+    score = np.random.default_rng(data.draw(st.integers(0, 99))).standard_normal((t, score_len)).astype(np.float32)
+    attrs = dict(k=k, ratio=1, seq=t, score_len=score_len)
+    got = K.idx_topk(score, positions, [score_len], sort_stages=stages, **attrs)
+    for row, (p, g_row) in enumerate(zip(positions, got)):
+        visible = int(p) + 1
+        n = min(k, visible)
+        assert (g_row[n:] == -1).all() and len(set(g_row[:n])) == n and (g_row[:n] < visible).all()
+        if stages[-1] >= visible:
+            full = np.argsort(-score[row, :visible], kind="stable")[:n]
+            np.testing.assert_array_equal(g_row[:n], full, err_msg=f"row {row}")
+        else:
+            runs = np.concatenate([np.argsort(-score[row, lo:min(lo + stages[-1], visible)], kind="stable") + lo
+                                   for lo in range(0, visible, stages[-1])])
+            np.testing.assert_array_equal(g_row[:n], runs[:n], err_msg=f"row {row}")
