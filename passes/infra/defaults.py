@@ -86,6 +86,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "typed-gather's rewrite on the O path's all-to-all (not a seed PR's: docs/seed-baselines.md), right "
           "after it for the same reasons: the packed-heads producer and the tp_o_a consumers are final, and its "
           "release is ordered before the reduce-scatter; no-op at TP1"),
+    Entry("dequant-into-owner-windows",
+          "the O path's last rewrite, after a2a-direct-read (whose window release it keeps ordered before the "
+          "fused reduce-scatter: it takes over the reduce-scatter's deps) and after quant-workers, which it "
+          "never touches: it fuses the f32 O-B dequant into the reduce-scatter (pypto-lib #980 / #998); no-op at "
+          "TP1",
+          enabled=False),
     Entry("early-resolve-csa-producers",
           "scheduling hints only (pypto-lib #915: aer on six CSA decode producers), after every rewrite that "
           "creates or re-grids those tasks, so the hint lands on their final form; independent of the other "
