@@ -78,3 +78,10 @@ def test_flash_t32_graph_level():
     assert before.env["T"] == 32
     after = optimise(before, NAME, numerics=False).graph
     _check(before, after)
+
+
+def test_stages_option_round_trips_and_narrows():
+    result = optimise(tiny("decode-csa", 2), NAME + "{stages=[qk_pv]}", numerics=False)
+    assert str(result.pipeline) == NAME + "{stages=[qk_pv]}"
+    assert {r.at for r in next(r for r in result.runs if r.name == NAME).rewrites} == {"csa.qk_pv"}
+    assert not result.graph.nodes["csa.rope_cs"].attrs.get("aer")
