@@ -96,3 +96,15 @@ def test_fires_at_flash_tp4(layer):
     after = optimise(before, NAME, numerics=False).graph
     _check(before, after)
     assert str(after.nodes[FUSED].result.type) == "bf16[T,4096]"
+
+
+def test_planted_without_the_carried_release_edge_some_schedule_deadlocks():
+    """Non-vacuity of carrying the reduce-scatter's deps: the fused rendezvous without its edge from the a2a's
+    window release lets ranks meet different rendezvous first; some schedule on one core group deadlocks."""
+    g = optimise(tiny("decode-swa", 4), "a2a-direct-read," + NAME, numerics=False).graph
+    assert all(simulate(g, seed=s, cube=1, vector=2).completed for s in range(6))
+    fused = g.nodes[FUSED]
+    assert "o.o_group_a2a.release" in [d.name for d in fused.deps]
+    fused.deps = [d for d in fused.deps if d.name != "o.o_group_a2a.release"]
+    g.invalidate()
+    assert any(not simulate(g, seed=s, cube=1, vector=2).completed for s in range(6))
