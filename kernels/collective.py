@@ -6,9 +6,19 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
-from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dataclasses import replace
 
-from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, Src, cast_expr, vec_tile
+from dspark_ir.ops.collective import (
+    CpAllGather,
+    CpOwnRows,
+    OGroupA2A,
+    TpODequantReduceScatter,
+    TpOReduceScatter,
+    WindowCopyOut,
+)
+
+from .oproj import pypto_o_proj_b_dequant
+from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, Src, TensorArg, cast_expr, vec_tile
 from .registry import cost_template, template, unsupported
 from .window_release import pypto_window_copy_out
 
@@ -23,6 +33,11 @@ unsupported(OGroupA2A, "rendezvous all-to-all: puts this rank's O groups into ev
 unsupported(TpOReduceScatter, "rendezvous reduce-scatter: every peer's f32 partial rows of this rank, summed over "
                               "ranks in ascending order, then one rounding; " + _PTO_CROSS_RANK + ". The layers emit "
                               "it only at TP > 1, so there is no one-rank instance to template")
+unsupported(TpODequantReduceScatter, "rendezvous reduce-scatter fed by its own publish workers: each dequantises its "
+                                     "O-B tiles into the owners' windows (remote stores, then a notify), the owner "
+                                     "sums its window's source lanes in ascending rank order; " + _PTO_CROSS_RANK +
+                                     ". The pass emits it only at TP > 1, so there is no one-rank instance to "
+                                     "template")
 unsupported(CpAllGather, "rendezvous context-parallel all-gather: pushes this rank's payload rows into every peer's "
                          "window, then waits for every peer's rows (decode_cp_allgather push + payload wait); "
                          + _PTO_CROSS_RANK + ". Its read-back is the window_copy_out that follows, which has a "
@@ -72,5 +87,28 @@ def pypto_tp_o_reduce_scatter_local(spec: KernelSpec) -> str:
     for s in range(tp):
         part = f"pypto.view({partial.name}, [{rows}, {hidden}], [{s * rows}, 0])"
         src(f"acc = {part}" if s == 0 else f"acc = pypto.add(acc, {part})")
+    src(f"pypto.assemble({cast_expr('acc', 'f32', out.dtype)}, [0, 0], {out.name})")
+    return src.text()
+
+
+@cost_template(TpODequantReduceScatter)
+def pypto_tp_o_dequant_reduce_scatter_local(spec: KernelSpec) -> str:
+    """The publish and the reduce of one rank: o_proj_b_dequant's body writes the tp·T dequantised rows into a
+    window-shaped f32 tensor (standing in for the owners' windows the publish workers store into; the stores'
+    link transfer is not in it), then the rank's T rows are summed over the tp lanes of that window in ascending
+    order and rounded once, the window's lanes standing in for the peers' lanes of this rank's rows."""
+    spec = spec.static()
+    out = spec.results[0]
+    rows, hidden = out.shape
+    tp = int(spec.attrs["tp"])
+    window = TensorArg("owner_window", (tp * rows, hidden), "f32")
+    publish = pypto_o_proj_b_dequant(replace(spec, results=(window,), attrs={**spec.attrs, "out": "f32"}))
+    src = Src(spec.signature())
+    src(f'{window.name} = pypto.tensor([{tp * rows}, {hidden}], {window.pto}, "{window.name}")')
+    src.lines += publish.splitlines()[publish.splitlines().index("):") + 1:]
+    src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((rows, hidden), 4, WIDE_VEC_TILE_BYTES)))})")
+    for s in range(tp):
+        lane = f"pypto.view({window.name}, [{rows}, {hidden}], [{s * rows}, 0])"
+        src(f"acc = {lane}" if s == 0 else f"acc = pypto.add(acc, {lane})")
     src(f"pypto.assemble({cast_expr('acc', 'f32', out.dtype)}, [0, 0], {out.name})")
     return src.text()

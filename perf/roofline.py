@@ -43,7 +43,14 @@ from dspark_ir.ops.attention import (
     SwaGatherKv,
     SwaValidBias,
 )
-from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.collective import (
+    CpAllGather,
+    CpOwnRows,
+    OGroupA2A,
+    TpODequantReduceScatter,
+    TpOReduceScatter,
+    WindowCopyOut,
+)
 from dspark_ir.ops.compressor import (
     CmpKvHadamard,
     CmpKvScoreProj,
@@ -372,6 +379,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
                  cube=lambda t: (_mm(arg(t, "x").shape[0], arg(t, "x").shape[1], _last_out(t).shape[1]), True)),
     QuantRows: _factor(6),
     OProjBDequant: _factor(4),
+    TpODequantReduceScatter: _factor(4),     # o_proj_b_dequant's work; the owner's lane sum is a fraction of it
     # MoE
     FfnNorm: _factor(6),
     XNormQuant: _factor(6),

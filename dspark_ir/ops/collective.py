@@ -23,12 +23,21 @@ decode_cp_token_allgather steps: push → payload wait → read-back → read-ba
 
 All of them are rendezvous collectives: every rank's task meets its peers (the barrier); the credit
 signal window of the TP credit barrier (§5) is implicit in them.
+
+The `dequant-into-owner-windows` pass (pypto-lib #980 / #998) fuses the O-B dequant into the reduce-scatter:
+
+    %o.tp_o_b_dequant_publish = tp_o_dequant_reduce_scatter(%wo_b_scale, %acc_0, %s_0, …) {tp, workers, …}
+        each publish worker dequantises its O-B tiles of every owner's rows and stores them straight into the
+        owner's reduce window (no f32 partial in GM), notifies the owners after its stores drained; then the owner
+        waits for every source's workers, sums its window's source lanes in ascending rank order in f32 and
+        rounds once (`reduce_workers` workers), meets its peers (barrier 2) and resets the credits.
 """
 from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
 from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, numpy_reference, register_op
+from .oproj import OProjBDequant
 
 
 def exact_div(d: D.Dim, k: int) -> D.Dim:
@@ -146,3 +155,29 @@ class TpOReduceScatter(_CollectiveOp):
         rows = p.shape[0].value()
         expect(tp >= 1 and (rows is None or rows % tp == 0), f"tp {tp} does not divide {p.shape[0]} rows")
         return [TensorType(attrs["out"], (exact_div(p.shape[0], tp), p.shape[1]))]
+
+
+@register_op
+class TpODequantReduceScatter(_CollectiveOp):
+    """O-B dequant straight into the reduce-scatter owners' windows (pypto-lib #980 / #998): the operands of
+    o_proj_b_dequant (wo_b_scale, then acc_g, s_g per local group: i32 [tp·T, hidden], f32 [tp·T]) on every rank
+    → this rank's rows [T, hidden]: per source rank Σ_g f32(acc_g)·s_g (groups ascending) · wo_b_scale, then
+    summed over the source ranks ascending in f32 and rounded once to `out` (tp_o_b_dequant_publish,
+    tp_o_rs_wait, tp_o_rs_reduce, tp_o_rs_complete). `workers` (a common attribute) publish workers;
+    `reduce_workers` owner-side reduce workers; `slots`: the publish scope's cross-core slots (#998; 0 = none),
+    a scheduling hint."""
+    name = "tp_o_dequant_reduce_scatter"
+    operands = ("wo_b_scale", "*parts")
+    attrs = {"tp": Attr("int", REQUIRED), "out": Attr("dtype", "bf16"), "reduce_workers": Attr("int", 8),
+             "slots": Attr("int", 0)}
+    core = "vector"
+    reference = numpy_reference("collective", "tp_o_dequant_reduce_scatter")
+
+    def infer(self, ins, attrs):
+        [partial] = OProjBDequant().infer(ins, {"out": "f32"})
+        tp = attrs["tp"]
+        rows = partial.shape[0].value()
+        expect(tp >= 1 and (rows is None or rows % tp == 0), f"tp {tp} does not divide {partial.shape[0]} rows")
+        expect(attrs["reduce_workers"] >= 1, f"reduce_workers must be positive, got {attrs['reduce_workers']}")
+        expect(attrs["slots"] >= 0, f"slots must be non-negative, got {attrs['slots']}")
+        return [TensorType(attrs["out"], (exact_div(partial.shape[0], tp), partial.shape[1]))]

@@ -9,6 +9,7 @@ import numpy as np
 
 from .dtypes import as_dtype, f32
 from .elementwise import slice_
+from .oproj import o_proj_b_dequant
 
 
 def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
@@ -66,3 +67,12 @@ def tp_o_reduce_scatter(per_rank, *, ranks, out="bf16", **_):
             acc = acc + p[r * t:(r + 1) * t]
         results.append(as_dtype(acc, out))
     return results
+
+
+def tp_o_dequant_reduce_scatter(per_rank, *, ranks, out="bf16", **_):
+    """The O-B dequant published into the owners' windows, then the fixed-order reduce: every source rank's f32
+    partial is o_proj_b_dequant of its operands (wo_b_scale, acc_0, s_0, ...), and rank r gets rows [r·T, (r+1)·T)
+    of the partials summed over the source ranks ascending in f32, rounded once to `out` (the same values as
+    tp_o_reduce_scatter of the o_proj_b_dequant partials)."""
+    partials = [[o_proj_b_dequant(*ops, out="f32")] for ops in per_rank]
+    return tp_o_reduce_scatter(partials, ranks=ranks, out=out)

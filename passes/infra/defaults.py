@@ -90,6 +90,21 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "typed-gather's rewrite on the O path's all-to-all (not a seed PR's: docs/seed-baselines.md), right "
           "after it for the same reasons: the packed-heads producer and the tp_o_a consumers are final, and its "
           "release is ordered before the reduce-scatter; no-op at TP1"),
+    Entry("dequant-into-owner-windows",
+          "the O path's last rewrite, after a2a-direct-read (whose window release it keeps ordered before the "
+          "fused reduce-scatter: it takes over the reduce-scatter's deps) and after quant-workers, which it "
+          "never touches: it fuses the f32 O-B dequant into the reduce-scatter (pypto-lib #980 / #998); no-op at "
+          "TP1. Off by default: bitwise, but the chip model predicts no gain (flash TP4 CSA O-B tail 66.2 -> "
+          "69.7 us, perf/cases/post-seed-csa.toml): the local-part cost convention never counted the partial's "
+          "second trip that #980 removes, and the 24 publish blocks cost more dispatch than the one-block "
+          "reduce-scatter",
+          enabled=False),
+    Entry("early-resolve-csa-producers",
+          "scheduling hints only (pypto-lib #915: aer on six CSA decode producers), after every rewrite that "
+          "creates or re-grids those tasks, so the hint lands on their final form; independent of the other "
+          "passes (no values, no edges). Off by default: the schedule model has no early-resolve term (its hop "
+          "was fitted on the seed's swimlane, where most tasks already carry the hint), so it predicts no gain",
+          enabled=False),
     Entry("moe-handshake-deps",
           "edge insertion + scheduling hints only (dspark-model 6(g)), independent of the other rewrites; "
           "last among the DSpark passes: it checks each wait's expected count against its notifier's final "

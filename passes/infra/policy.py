@@ -44,6 +44,19 @@ DEQUANT_WORKERS = HARDWARE.vector_cores  # Q_DEQUANT_WORKERS = 48 of qkv_proj_ro
 DEQUANT_TOKEN_TILE = 8                   # the seed's Q_ROPE_T_TILE: tokens per (token, head tile) unit
 MERGE_WORKERS = HARDWARE.vector_cores    # the seed's MERGE_WORKERS = 48: one per AIV
 
+# ---- early-resolve-csa-producers ---------------------------------------------------------------------------
+# pypto-lib #915: the six CSA decode producers it marks allow_early_resolve, by their seed stage names (the
+# compressor's and the indexer compressor's cache writes, the head-weight reduce, the WAR marker on kv_cache,
+# the sparse attention and its inverse-RoPE tables). `rope_cs` is a stage name on purpose: the layer's other
+# rope_tables task (qkv.q_rope_prepare) is the shared q side, which #915 leaves alone.
+EARLY_RESOLVE_CSA_STAGES = ("rmsnorm_rope_cache_write", "weights_proj_reduce", "kv_and_cache_write", "kv_touch",
+                            "qk_pv", "rope_cs")
+
+# ---- dequant-into-owner-windows (pypto-lib #980 / #998, decode_sharded_o_projection_reduce_scatter) ----------
+OWNER_PUBLISH_WORKERS = 24               # O_RS_PUBLISH_WORKERS: vector workers dequantising into the owners' windows
+OWNER_REDUCE_WORKERS = 8                 # O_RS_REDUCE_WORKERS: owner-side workers summing the source lanes
+OWNER_PUBLISH_SLOTS = 2                  # #998: cross_core_slot(slot_num=2) on the publish scope (#980 alone: 0)
+
 # ---- retiled-cse ------------------------------------------------------------------------------------------
 RETILED_CSE_OPS = (RopeTables.name,)     # built twice per attention layer (q side, output pack); grid-independent
 
