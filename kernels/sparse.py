@@ -38,6 +38,7 @@ from dspark_ir.ops.sparse import (
     HcaCmpQkPv,
     HcaCmpWorkGather,
     HcaRawAttn,
+    HcaRawAttnDirect,
     HcaRawTranspose,
     HcaStreamMerge,
     HcaStreamMergePack,
@@ -263,6 +264,19 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     valid where index ≥ 0; q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
     spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
+    return _pto_raw_window_attn(spec, q, rows, idx)
+
+
+@template(HcaRawAttnDirect)
+def pypto_hca_raw_attn_direct(spec: KernelSpec) -> str:
+    """hca_raw_attn without the Kᵀ operand (pypto-lib #1035): the key-major cube matmul K·qᵀ reads the rows it
+    loads, i.e. q·Kᵀ on a transposed view of the one copy; the body is hca_raw_attn's."""
+    spec = spec.static()
+    q, rows, idx = spec.operands
+    return _pto_raw_window_attn(spec, q, rows, idx)
+
+
+def _pto_raw_window_attn(spec: KernelSpec, q, rows, idx) -> str:
     src = Src(spec.signature())
 
     def valid_row(tok: str, a: int, n: int, r: int) -> None:

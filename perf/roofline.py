@@ -92,6 +92,7 @@ from dspark_ir.ops.sparse import (
     HcaCmpQkPv,
     HcaCmpWorkGather,
     HcaRawAttn,
+    HcaRawAttnDirect,
     HcaRawTranspose,
     HcaStreamMerge,
     HcaStreamMergePack,
@@ -337,6 +338,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     KvTouch: Rule(touched=lambda t: {"kv_cache": 0.0}),      # a WAR marker: a no-op self copy on the device
     HcaCmpWorkGather: Rule(touched=_gather_rows("cmp_kv", "rows")),
     HcaRawAttn: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
+    HcaRawAttnDirect: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
     HcaCmpQkPv: Rule(cube=_attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
                      softmax=True),
     CsaQkPv: Rule(touched=_csa_qk_rows, cube=_attention("q", _rows_dim("sparse_bias")), softmax=True),

@@ -4,7 +4,8 @@ CSA: `kv_cache_writeback` (csa_cache_writeback) … `kv_touch` (WAR marker) → 
 `csa_qk_pv` (per-(token, block) partials, 24 cyclic lanes) → `csa_merge_norm` (block merge, sink, inverse RoPE,
 group-major pack).
 HCA two-stream form: `kv_cache_writeback` (hca_cache_writeback) ∥ compressor → `join` (cache_ready_dep) →
-`swa_gather_kv` (hca_gather_kv) → `hca_raw_transpose` → `hca_raw_attn` (raw-window stream state) ∥
+`swa_gather_kv` (hca_gather_kv) → `hca_raw_transpose` → `hca_raw_attn` (raw-window stream state; or
+`hca_raw_attn_direct` on the rows alone, the `hca-raw-kv-no-transpose` pass's form) ∥
 `hca_cmp_work_gather` → `hca_cmp_qk_pv` (per-work-item partials) → `hca_stream_merge` (normalised f32 stream
 heads) → `hca_stream_pack` (inverse RoPE, bf16, pack). `hca_stream_merge_pack` is the fused form the
 `fuse-merge-rope-pack` pass introduces.
@@ -268,6 +269,34 @@ class HcaRawAttn(_SparseOp):
         expect_same_dim(rows.shape[0], T, "rows tokens")
         expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
         expect(rows_t.shape == (rows.shape[0], rows.shape[2], rows.shape[1]), f"rows_t {rows_t} is not rows {rows}ᵀ")
+        _index_matrix(idx, "indices", T)
+        expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
+        th = TensorType(F32, (T, H))
+        return [th, th, TensorType(F32, q.shape)]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
+
+
+@register_op
+class HcaRawAttnDirect(_SparseOp):
+    """The raw-window stream reading the gathered rows only: the kernel loads each token's window rows into the
+    cube's buffer and takes q·Kᵀ on a transposed view of them, so no Kᵀ copy exists (pypto-lib #1035). Same
+    results as hca_raw_attn: m, l f32 [T, H], unnormalised heads f32 [T, H, HD] (hca_raw_attn_direct)."""
+    name = "hca_raw_attn_direct"
+    operands = ("q", "rows", "indices")
+    results = ("m", "l", "heads")
+    attrs = {"scale": Attr("float", REQUIRED)}
+    core = "mix"
+    reference = numpy_reference("sparse", "hca_raw_attn_direct")
+
+    def infer(self, ins, attrs):
+        q, rows, idx = ins
+        _q(q)
+        T, H, HD = q.shape
+        expect_rank(rows, 3, "rows [T, W, HD]")
+        expect_same_dim(rows.shape[0], T, "rows tokens")
+        expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
         _index_matrix(idx, "indices", T)
         expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
         th = TensorType(F32, (T, H))

@@ -158,6 +158,11 @@ def hca_raw_attn(q, rows, rows_t, indices, *, scale, **_):
     return tile_partial(q, rows, np.asarray(indices) >= 0, scale, keys_t=rows_t)
 
 
+def hca_raw_attn_direct(q, rows, indices, *, scale, **_):
+    """hca_raw_attn without the transposed copy: the same tile over the window rows (q·Kᵀ from the rows)."""
+    return tile_partial(q, rows, np.asarray(indices) >= 0, scale)
+
+
 def hca_cmp_work_gather(cmp_kv, cmp_block_table, *, block_size, work_rows, works, **_):
     """Per request, the compressed rows 0 … works·work_rows − 1 (logical order) through cmp_block_table:
     (rows bf16 [B, works·work_rows, HD] with unmapped rows zero, physical row i32 [B, works·work_rows] or −1)."""
