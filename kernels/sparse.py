@@ -39,7 +39,9 @@ from dspark_ir.ops.sparse import (
     HcaCmpWorkGather,
     HcaRawAttn,
     HcaRawAttnDirect,
+    HcaRawAttnRequest,
     HcaRawTranspose,
+    HcaRequestKvGather,
     HcaStreamMerge,
     HcaStreamMergePack,
     HcaStreamPack,
@@ -65,7 +67,7 @@ from .attention_blocks import (
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import template
+from .registry import template, unsupported
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -686,3 +688,9 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     return src.text()
 
 template(OLocalBridge)(pypto_copy)
+
+
+unsupported(HcaRequestKvGather, "no pypto 0.2.0 form yet: the per-request row list (the first token's window, then "
+            "each later token's newest index) is data-dependent placement; the numpy reference runs it")
+unsupported(HcaRawAttnRequest, "no pypto 0.2.0 form yet: each token reads its W keys at a data-dependent row offset of "
+            "its request's rows (pypto 0.2.0 views take loop-variable offsets only); the numpy reference runs it")

@@ -77,6 +77,11 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "raw attention's tile and grid); before fuse-merge-rope-pack and the O-path exchanges so those see the "
           "final raw-stream producer; it drops hca_raw_transpose itself (dce is not needed)",
           enabled=False),
+    Entry("raw-kv-gather-per-request",
+          "right after hca-raw-kv-no-transpose, whose direct raw attention it needs (the per-request rows have no "
+          "transposed form); it replaces the HCA window gather and the raw attention, both of which no other pass "
+          "touches, and it runs before fuse-merge-rope-pack so the merge sees the final raw-stream producer",
+          enabled=False),
     Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "
