@@ -75,8 +75,8 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
     Entry("hca-raw-kv-no-transpose",
           "an HCA attention-side rewrite (pypto-lib #1035), independent of the re-tiling passes above (it keeps the "
           "raw attention's tile and grid); before fuse-merge-rope-pack and the O-path exchanges so those see the "
-          "final raw-stream producer; it drops hca_raw_transpose itself (dce is not needed)",
-          enabled=False),
+          "final raw-stream producer; it drops hca_raw_transpose itself (dce is not needed). Bitwise; the cost model "
+          "(pypto-simulated kernels) puts HCA sparse attention at flash TP4 at 272.8 -> 255.4 us (-6.4 %)"),
     Entry("raw-kv-gather-per-request",
           "right after hca-raw-kv-no-transpose, whose direct raw attention it needs (the per-request rows have no "
           "transposed form); it replaces the HCA window gather and the raw attention, both of which no other pass "
