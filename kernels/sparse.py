@@ -38,7 +38,10 @@ from dspark_ir.ops.sparse import (
     HcaCmpQkPv,
     HcaCmpWorkGather,
     HcaRawAttn,
+    HcaRawAttnDirect,
+    HcaRawAttnRequest,
     HcaRawTranspose,
+    HcaRequestKvGather,
     HcaStreamMerge,
     HcaStreamMergePack,
     HcaStreamPack,
@@ -64,7 +67,7 @@ from .attention_blocks import (
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import template
+from .registry import template, unsupported
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -263,6 +266,19 @@ def pypto_hca_raw_attn(spec: KernelSpec) -> str:
     valid where index ≥ 0; q·Kᵀ on the rows themselves (the transposed copy rows_t holds the same values)."""
     spec = spec.static()
     q, rows, _rows_t, idx = spec.operands
+    return _pto_raw_window_attn(spec, q, rows, idx)
+
+
+@template(HcaRawAttnDirect)
+def pypto_hca_raw_attn_direct(spec: KernelSpec) -> str:
+    """hca_raw_attn without the Kᵀ operand (pypto-lib #1035): the key-major cube matmul K·qᵀ reads the rows it
+    loads, i.e. q·Kᵀ on a transposed view of the one copy; the body is hca_raw_attn's."""
+    spec = spec.static()
+    q, rows, idx = spec.operands
+    return _pto_raw_window_attn(spec, q, rows, idx)
+
+
+def _pto_raw_window_attn(spec: KernelSpec, q, rows, idx) -> str:
     src = Src(spec.signature())
 
     def valid_row(tok: str, a: int, n: int, r: int) -> None:
@@ -672,3 +688,9 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     return src.text()
 
 template(OLocalBridge)(pypto_copy)
+
+
+unsupported(HcaRequestKvGather, "no pypto 0.2.0 form yet: the per-request row list (the first token's window, then "
+            "each later token's newest index) is data-dependent placement; the numpy reference runs it")
+unsupported(HcaRawAttnRequest, "no pypto 0.2.0 form yet: each token reads its W keys at a data-dependent row offset of "
+            "its request's rows (pypto 0.2.0 views take loop-variable offsets only); the numpy reference runs it")

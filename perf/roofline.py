@@ -99,7 +99,10 @@ from dspark_ir.ops.sparse import (
     HcaCmpQkPv,
     HcaCmpWorkGather,
     HcaRawAttn,
+    HcaRawAttnDirect,
+    HcaRawAttnRequest,
     HcaRawTranspose,
+    HcaRequestKvGather,
     HcaStreamMerge,
     HcaStreamMergePack,
     HcaStreamPack,
@@ -353,6 +356,9 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     KvTouch: Rule(touched=lambda t: {"kv_cache": 0.0}),      # a WAR marker: a no-op self copy on the device
     HcaCmpWorkGather: Rule(touched=_gather_rows("cmp_kv", "rows")),
     HcaRawAttn: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
+    HcaRawAttnDirect: Rule(cube=_attention("q", _rows_dim("rows")), softmax=True),
+    HcaRequestKvGather: Rule(touched=_gather_rows("kv_cache", "rows")),
+    HcaRawAttnRequest: Rule(cube=_attention("q", _rows_dim("indices")), softmax=True),   # W keys per token
     HcaCmpQkPv: Rule(cube=_attention("q", lambda t: int(t.attrs.get("max_rows") or arg(t, "cmp_rows").shape[1])),
                      softmax=True),
     CsaQkPv: Rule(touched=_csa_qk_rows, cube=_attention("q", _csa_keys), softmax=True),

@@ -4,7 +4,9 @@ CSA: `kv_cache_writeback` (csa_cache_writeback) … `kv_touch` (WAR marker) → 
 `csa_qk_pv` (per-(token, block) partials, 24 cyclic lanes) → `csa_merge_norm` (block merge, sink, inverse RoPE,
 group-major pack).
 HCA two-stream form: `kv_cache_writeback` (hca_cache_writeback) ∥ compressor → `join` (cache_ready_dep) →
-`swa_gather_kv` (hca_gather_kv) → `hca_raw_transpose` → `hca_raw_attn` (raw-window stream state) ∥
+`swa_gather_kv` (hca_gather_kv) → `hca_raw_transpose` → `hca_raw_attn` (raw-window stream state; or
+`hca_raw_attn_direct` on the rows alone, the `hca-raw-kv-no-transpose` pass's form; or `hca_request_kv_gather` →
+`hca_raw_attn_request`, one gather per request, the `raw-kv-gather-per-request` pass's form) ∥
 `hca_cmp_work_gather` → `hca_cmp_qk_pv` (per-work-item partials) → `hca_stream_merge` (normalised f32 stream
 heads) → `hca_stream_pack` (inverse RoPE, bf16, pack). `hca_stream_merge_pack` is the fused form the
 `fuse-merge-rope-pack` pass introduces.
@@ -270,6 +272,96 @@ class HcaRawAttn(_SparseOp):
         expect(rows_t.shape == (rows.shape[0], rows.shape[2], rows.shape[1]), f"rows_t {rows_t} is not rows {rows}ᵀ")
         _index_matrix(idx, "indices", T)
         expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
+        th = TensorType(F32, (T, H))
+        return [th, th, TensorType(F32, q.shape)]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
+
+
+@register_op
+class HcaRawAttnDirect(_SparseOp):
+    """The raw-window stream reading the gathered rows only: the kernel loads each token's window rows into the
+    cube's buffer and takes q·Kᵀ on a transposed view of them, so no Kᵀ copy exists (pypto-lib #1035). Same
+    results as hca_raw_attn: m, l f32 [T, H], unnormalised heads f32 [T, H, HD] (hca_raw_attn_direct)."""
+    name = "hca_raw_attn_direct"
+    operands = ("q", "rows", "indices")
+    results = ("m", "l", "heads")
+    attrs = {"scale": Attr("float", REQUIRED)}
+    core = "mix"
+    reference = numpy_reference("sparse", "hca_raw_attn_direct")
+
+    def infer(self, ins, attrs):
+        q, rows, idx = ins
+        _q(q)
+        T, H, HD = q.shape
+        expect_rank(rows, 3, "rows [T, W, HD]")
+        expect_same_dim(rows.shape[0], T, "rows tokens")
+        expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
+        _index_matrix(idx, "indices", T)
+        expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
+        th = TensorType(F32, (T, H))
+        return [th, th, TensorType(F32, q.shape)]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
+
+
+@register_op
+class HcaRequestKvGather(_SparseOp):
+    """One raw-window gather per request (pypto-lib #1098): the rows its `seq` tokens attend, W + seq − 1 of
+    them, in window order: the first token's window rows, then each later token's newest row. rows[b] =
+    kv_cache[ridx[b]] (−1 → zeros), ridx[b] = indices[t0, :e0] ++ [indices[t0+k, e_k − 1] for k = 1 … seq−1],
+    −1 past it, where e_t = 1 + the last column of token t that holds an index (hca_request_kv_gather).
+    `contiguous`: the kernel copies the W + seq − 1 rows as one run when they are consecutive cache rows
+    (pypto-lib #1170 (a)), else row runs; the same values either way."""
+    name = "hca_request_kv_gather"
+    operands = ("kv_cache", "indices")
+    results = ("rows",)
+    attrs = {"seq": Attr("int", REQUIRED), "contiguous": Attr("bool", False, doc="one-run copy when consecutive")}
+    reference = numpy_reference("sparse", "hca_request_kv_gather")
+
+    def infer(self, ins, attrs):
+        cache, idx = ins
+        expect_rank(cache, 2, "kv_cache [rows, HD]")
+        expect(idx.rank == 2 and idx.dtype == I32, f"indices must be i32[T, W], got {idx}")
+        seq, width = attrs["seq"], idx.shape[1].value()
+        expect(seq > 0, f"seq must be positive, got {seq}")
+        expect(width is not None, f"the window {idx.shape[1]} must be a known integer")
+        tokens = idx.shape[0].value()
+        expect(tokens is None or tokens % seq == 0, f"T = {tokens} is not a whole number of requests of {seq}")
+        return [TensorType(cache.dtype, (D.floordiv(idx.shape[0], seq), D.Const(width + seq - 1), cache.shape[1]))]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("requests", outs[0].shape[0])]
+
+
+@register_op
+class HcaRawAttnRequest(_SparseOp):
+    """The raw-window stream on the per-request rows of hca_request_kv_gather (pypto-lib #1098): token t, the k-th
+    of request b, attends rows[b, d_t : d_t + W] with d_t = e_{t0} + k − e_t (its window's first row in the
+    request's list), valid where indices[t] ≥ 0 (keys zero elsewhere, as the per-token gather had them). m, l f32
+    [T, H], unnormalised heads f32 [T, H, HD] (hca_raw_attn_request)."""
+    name = "hca_raw_attn_request"
+    operands = ("q", "rows", "indices")
+    results = ("m", "l", "heads")
+    attrs = {"scale": Attr("float", REQUIRED), "seq": Attr("int", REQUIRED)}
+    core = "mix"
+    reference = numpy_reference("sparse", "hca_raw_attn_request")
+
+    def infer(self, ins, attrs):
+        q, rows, idx = ins
+        _q(q)
+        T, H, HD = q.shape
+        seq = attrs["seq"]
+        expect(seq > 0, f"seq must be positive, got {seq}")
+        expect_rank(rows, 3, "rows [B, W + seq − 1, HD]")
+        expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
+        _index_matrix(idx, "indices", T)
+        expect_same_dim(rows.shape[0], D.floordiv(T, seq), "rows requests vs T / seq")
+        width = idx.shape[1].value()
+        expect(width is not None and rows.shape[1].value() == width + seq - 1,
+               f"rows {rows} must hold W + seq − 1 = {idx.shape[1]} + {seq - 1} rows per request")
         th = TensorType(F32, (T, H))
         return [th, th, TensorType(F32, q.shape)]
 

@@ -158,6 +158,55 @@ def hca_raw_attn(q, rows, rows_t, indices, *, scale, **_):
     return tile_partial(q, rows, np.asarray(indices) >= 0, scale, keys_t=rows_t)
 
 
+def hca_raw_attn_direct(q, rows, indices, *, scale, **_):
+    """hca_raw_attn without the transposed copy: the same tile over the window rows (q·Kᵀ from the rows)."""
+    return tile_partial(q, rows, np.asarray(indices) >= 0, scale)
+
+
+def _row_extent(indices) -> np.ndarray:
+    """Per token, 1 + the last column that holds an index (≥ 0); 0 for a row of −1 only."""
+    ok = np.asarray(indices) >= 0
+    width = ok.shape[1]
+    return np.where(ok.any(axis=1), width - np.argmax(ok[:, ::-1], axis=1), 0)
+
+
+def request_window_rows(indices, seq: int) -> np.ndarray:
+    """ridx i32 [B, W + seq − 1]: per request, the first token's index row up to its extent, then each later
+    token's newest index, −1 past them (hca_request_kv_gather's row list)."""
+    idx = np.asarray(indices)
+    tokens, width = idx.shape
+    ext = _row_extent(idx)
+    ridx = np.full((tokens // seq, width + seq - 1), -1, dtype=np.int64)
+    for b in range(tokens // seq):
+        t0 = b * seq
+        ridx[b, :ext[t0]] = idx[t0, :ext[t0]]
+        for k in range(1, seq):
+            if ext[t0 + k]:
+                ridx[b, ext[t0] + k - 1] = idx[t0 + k, ext[t0 + k] - 1]
+    return ridx
+
+
+def hca_request_kv_gather(kv_cache, indices, *, seq, **_):
+    """rows [B, W + seq − 1, HD] = kv_cache[request_window_rows] (−1 → zeros)."""
+    return _gather(kv_cache, request_window_rows(indices, seq))
+
+
+def hca_raw_attn_request(q, rows, indices, *, scale, seq, **_):
+    """hca_raw_attn on each token's window rows taken from its request's rows: token t (k-th of request b) reads
+    rows[b, d_t + c] for column c, d_t = e_{t0} + k − e_t; keys zero where indices[t, c] < 0."""
+    idx = np.asarray(indices)
+    tokens, width = idx.shape
+    ext = _row_extent(idx)
+    tok = np.arange(tokens)
+    first = tok - tok % seq
+    start = np.clip(ext[first] + tok % seq - ext, 0, seq - 1)
+    cols = start[:, None] + np.arange(width)[None, :]
+    keys = np.asarray(rows)[tok // seq][tok[:, None], cols]
+    valid = idx >= 0
+    keys = np.where(valid[..., None], keys, np.zeros((), keys.dtype))
+    return tile_partial(q, keys, valid, scale)
+
+
 def hca_cmp_work_gather(cmp_kv, cmp_block_table, *, block_size, work_rows, works, **_):
     """Per request, the compressed rows 0 … works·work_rows − 1 (logical order) through cmp_block_table:
     (rows bf16 [B, works·work_rows, HD] with unmapped rows zero, physical row i32 [B, works·work_rows] or −1)."""

@@ -76,6 +76,16 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
           "task's final tile; default targets=hc as in the seed PR (deterministic qkv was reverted for its "
           "prefill cost); dce is not needed for the zero seed, the pass removes it"),
+    Entry("hca-raw-kv-no-transpose",
+          "an HCA attention-side rewrite (pypto-lib #1035), independent of the re-tiling passes above (it keeps the "
+          "raw attention's tile and grid); before fuse-merge-rope-pack and the O-path exchanges so those see the "
+          "final raw-stream producer; it drops hca_raw_transpose itself (dce is not needed). Bitwise; the cost model "
+          "(pypto-simulated kernels) puts HCA sparse attention at flash TP4 at 272.8 -> 255.4 us (-6.4 %)"),
+    Entry("raw-kv-gather-per-request",
+          "right after hca-raw-kv-no-transpose, whose direct raw attention it needs (the per-request rows have no "
+          "transposed form); it replaces the HCA window gather and the raw attention, both of which no other pass "
+          "touches, and it runs before fuse-merge-rope-pack so the merge sees the final raw-stream producer",
+          enabled=False),
     Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "

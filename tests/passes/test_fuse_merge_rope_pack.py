@@ -17,14 +17,14 @@ from .layer_support import SEEDS, flash_opt, golden_mismatches, optimise, skips,
 FUSED, MERGE, PACK = "hca.hca_stream_merge_pack", "hca.hca_stream_merge", "hca.hca_stream_pack"
 
 
-def _check_fused(g, workers: int, head_tile: int) -> None:
+def _check_fused(g, workers: int, head_tile: int, raw: str = "hca.hca_raw_attn") -> None:
     assert MERGE not in g.nodes and PACK not in g.nodes
     fused = g.nodes[FUSED]
     assert fused.op == "hca_stream_merge_pack"
     assert (fused.attrs["blocks"].value(), fused.attrs["workers"], fused.attrs["tile"]) == (workers, workers,
                                                                                             (head_tile,))
     producers = [v.producer.name if v.producer else v.name for v in fused.operands]
-    assert producers == ["hca.hca_raw_attn", "hca.hca_raw_attn", "hca.hca_raw_attn", "hca.hca_cmp_qk_pv",
+    assert producers == [raw, raw, raw, "hca.hca_cmp_qk_pv",
                          "hca.hca_cmp_qk_pv", "hca.hca_cmp_qk_pv", "attn_sink", "hca.rope_cs", "hca.rope_cs",
                          "hca.rope_swap"]
     readers = {u.name for u in g.users(fused.result)}
@@ -75,5 +75,5 @@ def test_skips_when_the_stream_heads_have_another_reader():
 
 def test_fires_at_flash_tp4(tmp_path):
     g = flash_opt("decode-hca", tmp_path)
-    _check_fused(g, 48, 16)
+    _check_fused(g, 48, 16, raw="hca.hca_raw_attn_direct")     # the default pipeline ran hca-raw-kv-no-transpose
     assert str(g.nodes[FUSED].result.type) == "bf16[8,T,4096]"
