@@ -67,6 +67,23 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
           "to one cyclic worker per vector core (policy.DEQUANT_WORKERS; attributes only); after tile-choice "
           "and before a2a-direct-read, neither of which looks at it"),
+    Entry("kv-score-token-groups",
+          "with the other re-gridding passes (attributes only, edges unchanged): the compressors' kv_score_proj "
+          "grid from one block per (token tile, output tile) to one per (2-token-tile group, output tile), "
+          "pypto-lib #1155; no other pass looks at kv_score_proj. Off until the model prices the saved weight "
+          "re-fetch (our template already runs all rows of an output tile in one matmul, so only the grid moves)",
+          enabled=False),
+    Entry("hca-cmp-gather-pages",
+          "with the other re-gridding passes: hca_cmp_work_gather from one block per (request, work item) to "
+          "blocks of 8 cache pages (pypto-lib #1227; attributes only); before hca-attn-dual-aiv, which never "
+          "touches the gather. Off by default: see its A/B case",
+          enabled=False),
+    Entry("hca-attn-dual-aiv",
+          "with the other re-gridding passes: the HCA raw attention on 64-head tiles and the compressed QK/PV on "
+          "24 cyclic workers whose softmax is split over both AIVs (pypto-lib #1187; grid attributes and one "
+          "template option); after hca-cmp-gather-pages and before fuse-merge-rope-pack, which reads neither "
+          "task's grid. Off by default: see its A/B case",
+          enabled=False),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
