@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.sparse import CsaQkPv, HcaCmpQkPv, HcaRawAttn
 
 from .infra import policy
@@ -51,7 +52,9 @@ class HcaAttnDualAiv(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.opdef is CsaQkPv:
+            if node.opdef is QkPv:
+                yield Skip(node.name, "SWA's window attention: #1187 changed the HCA attention templates only")
+            elif node.opdef is CsaQkPv:
                 yield Skip(node.name, "CSA's qk_pv already runs on cyclic workers (#1187 changed HCA only)")
             elif node.opdef in (HcaRawAttn, HcaCmpQkPv):
                 verdict = self._check(g, node)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.sparse import CsaQkPv, HcaCmpWorkGather
 
 from .infra import policy
@@ -49,7 +50,9 @@ class HcaCmpGatherPages(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.opdef is CsaQkPv:
+            if node.opdef is QkPv:
+                yield Skip(node.name, "SWA attends over the raw window only: no compressed KV to gather")
+            elif node.opdef is CsaQkPv:
                 yield Skip(node.name, "CSA gathers its compressed rows inside qk_pv (no separate gather task)")
             elif node.opdef is HcaCmpWorkGather:
                 verdict = self._check(g, node)

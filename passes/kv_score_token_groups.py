@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.compressor import CmpKvScoreProj
 
 from .infra import policy
@@ -51,7 +52,9 @@ class KvScoreTokenGroups(Pass):
 
     def match(self, g: Graph):
         for node in g.topo_order():
-            if node.opdef is CmpKvScoreProj:
+            if node.opdef is QkPv:
+                yield Skip(node.name, "SWA attends over the raw window only: the layer has no compressor")
+            elif node.opdef is CmpKvScoreProj:
                 verdict = self._check(g, node)
                 yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
 

@@ -47,3 +47,10 @@ def test_second_run_explains():
     once = optimise(tiny("decode-hca"), PASS, numerics=False).graph
     reasons = {s.at: s.reason for s in get_pass(PASS)().match(once)}
     assert reasons == {RAW: "already 8 of 8 heads per block (head_tile = 64)", CMP: "already on 16 workers"}
+
+
+def test_explains_itself_on_swa():
+    result = optimise(tiny("decode-swa"), PASS, numerics=False)
+    assert statuses(result) == {PASS: "no-op"}
+    assert skips(result, PASS) == {"swa.qk_pv": "SWA's window attention: #1187 changed the HCA attention templates "
+                                                "only"}

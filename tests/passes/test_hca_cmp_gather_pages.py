@@ -48,3 +48,9 @@ def test_skip_reasons():
     assert reasons == {"a.hca_cmp_work_gather": "a work item already holds 8 pages (pages = 8): nothing to group",
                        "b.hca_cmp_work_gather": "one work item: one block already",
                        "c.hca_cmp_work_gather": "already 2 work items per block"}
+
+
+def test_explains_itself_on_swa():
+    result = optimise(tiny("decode-swa"), PASS, numerics=False)
+    assert statuses(result) == {PASS: "no-op"}
+    assert skips(result, PASS) == {"swa.qk_pv": "SWA attends over the raw window only: no compressed KV to gather"}

@@ -55,3 +55,8 @@ def test_skip_reasons():
                                           "tile)"}
     assert {s.reason for s in get_pass(PASS)(token_tiles=1).match(case)} == {"token_tiles = 1: nothing to group"}
     assert skips(optimise(case, PASS, numerics=False), PASS) == reasons
+
+
+def test_explains_itself_on_swa():
+    result = optimise(tiny("decode-swa"), PASS, numerics=False)
+    assert skips(result, PASS) == {"swa.qk_pv": "SWA attends over the raw window only: the layer has no compressor"}
