@@ -1,6 +1,7 @@
 """hca-attn-dual-aiv on the layers: bitwise on tiny HCA at TP1/2/4 (3 seeds) and still within the golden
 tolerance; explains itself on CSA; at flash TP4 the raw attention goes 512 -> 128 blocks of 64 heads and the
-compressed QK/PV 128 blocks -> 24 workers. The template option it sets: tests/kernels/test_templates_hca_attn_options.py.
+compressed QK/PV 128 blocks -> 24 workers. The template option it sets:
+tests/kernels/test_templates_hca_attn_options.py.
 Before/after cases: tests/passes/hca-attn-dual-aiv/."""
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_flash_grids(tp, raw, cmp):
     g = layers.build("decode-hca", config="flash", tp=tp)
     after = optimise(g, PASS, numerics=False).graph
     for name, (was, now) in ((RAW, raw), (CMP, cmp)):
-        assert (g.nodes[name].attrs["blocks"].value(g.env), after.nodes[name].attrs["blocks"].value(g.env)) == (was, now)
+        assert [x.nodes[name].attrs["blocks"].value(g.env) for x in (g, after)] == [was, now]
 
 
 def test_second_run_explains():

@@ -43,7 +43,7 @@ def test_flash_grids(layer, tp, blocks):
     g = layers.build(layer, config="flash", tp=tp)
     after = optimise(g, PASS, numerics=False).graph
     for name, (was, now) in blocks.items():
-        assert (g.nodes[name].attrs["blocks"].value(g.env), after.nodes[name].attrs["blocks"].value(g.env)) == (was, now)
+        assert [x.nodes[name].attrs["blocks"].value(g.env) for x in (g, after)] == [was, now]
 
 
 def test_skip_reasons():
