@@ -367,7 +367,9 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
     """The hca_cmp_qk_pv partials of the `ntok` tokens from r0, all of request `req`: the mask operands, then per
     work item w one sᵀ = K·qᵀ [work_rows, ntok·H] cube matmul and, per group of tokens, one forced subgraph (the
     masked softmax; m and l stored from it, as rows) and one rb(p)ᵀ·K cube matmul [tokens·H, HD] stored into o
-    through an in-place reshape (the cube writes o; no copy)."""
+    through an in-place reshape (the cube writes o; no copy). `aiv_split` (hca-attn-dual-aiv) divides each group
+    into that many smaller ones: independent subgraphs the runtime can place on both AIVs of a core group (the
+    columns are independent (token, head) softmaxes, so the values are the same)."""
     q, krows, phys, pos, kvlen = spec.operands
     m_out, l_out, o_out = spec.results
     _, heads, hd = q.shape
@@ -375,6 +377,7 @@ def _pto_cmp_tokens(src: Src, spec: KernelSpec, ntok: int) -> None:
     wr = int(spec.attrs["work_rows"])
     scale = float(spec.attrs["scale"])
     g = _pto_cmp_group_tokens(heads, wr, ntok)
+    g = max(1, -(-g // int(spec.attrs.get("aiv_split", 1))))   # the group's softmax over aiv_split subgraphs
     _pto_cmp_mask(src, phys, kvlen, pos, heads, ntok, int(spec.attrs["ratio"]), int(spec.attrs["max_rows"]))
     o_tile = pto_head_tile(1, heads, hd, 2 * PTO_TILE_ELEMS)[1:]
     pto_set_tile(src, o_tile)

@@ -71,6 +71,28 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
           "to one cyclic worker per vector core (policy.DEQUANT_WORKERS; attributes only); after tile-choice "
           "and before a2a-direct-read, neither of which looks at it"),
+    Entry("kv-score-token-groups",
+          "with the other re-gridding passes (attributes only, edges unchanged): the compressors' kv_score_proj "
+          "grid from one block per (token tile, output tile) to one per (2-token-tile group, output tile), "
+          "pypto-lib #1155; no other pass looks at kv_score_proj. Off: bitwise, but the model's gain is marginal "
+          "(perf/cases/post-seed-hca-attn.toml: CSA 16x256 layer 755.8 -> 750.9 us, -0.6 %; HCA TP4 layer and "
+          "stage +0.0 %: our template already runs all rows of an output tile in one matmul, so only the grid "
+          "moves) and turning it on changes the calibrated HCA graph (perf/calibration inputs digest)",
+          enabled=False),
+    Entry("hca-cmp-gather-pages",
+          "with the other re-gridding passes: hca_cmp_work_gather from one block per (request, work item) to "
+          "blocks of 8 cache pages (pypto-lib #1227; attributes only); before hca-attn-dual-aiv, which never "
+          "touches the gather. Off: the model's TP4 8K gain (compressed branch 106.9 -> 103.7 us, -3.0 %) is "
+          "flagged F (the gather kernel is > 10x over its roofline) and its TP1 figure is a roofline estimate",
+          enabled=False),
+    Entry("hca-attn-dual-aiv",
+          "with the other re-gridding passes: the HCA raw attention on 64-head tiles and the compressed QK/PV on "
+          "24 cyclic workers whose softmax is split over both AIVs (pypto-lib #1187; grid attributes and one "
+          "template option); after hca-cmp-gather-pages and before fuse-merge-rope-pack, which reads neither "
+          "task's grid. Off: the model says it hurts (TP4 sparse-attention stage 272.8 -> 318.0 us, +16.6 %: the "
+          "split softmax is 576 instead of 256 pypto tasks, hca_cmp_qk_pv 73.7 -> 115.4 us; the re-grids alone "
+          "move the layer by +0.1 %)",
+          enabled=False),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "

@@ -57,6 +57,13 @@ OWNER_PUBLISH_WORKERS = 24               # O_RS_PUBLISH_WORKERS: vector workers 
 OWNER_REDUCE_WORKERS = 8                 # O_RS_REDUCE_WORKERS: owner-side workers summing the source lanes
 OWNER_PUBLISH_SLOTS = 2                  # #998: cross_core_slot(slot_num=2) on the publish scope (#980 alone: 0)
 
+# ---- kv-score-token-groups, hca-cmp-gather-pages, hca-attn-dual-aiv (post-seed pypto-lib PRs) ------------
+KV_SCORE_TOKEN_TILES = 2                 # KV_SCORE_T_GROUP of decode_compressor_ratio128 (#1155)
+CMP_GATHER_PAGES = 8                     # #1227: 8 compressed-cache pages per hca_cmp_work_gather block
+HCA_ATTN_HEAD_TILE = 64                  # #1187: one 64-head matmul per query (all of a flash rank's heads)
+HCA_ATTN_AIV_SPLIT = 2                   # #1187: the vector work over both AIVs of a core group
+HCA_CMP_WORKERS = HARDWARE.cube_cores    # #1187: CMP on 24 workers (one per core group) instead of 16
+
 # ---- retiled-cse ------------------------------------------------------------------------------------------
 RETILED_CSE_OPS = (RopeTables.name,)     # built twice per attention layer (q side, output pack); grid-independent
 

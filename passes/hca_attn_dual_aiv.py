@@ -1,0 +1,101 @@
+"""hca-attn-dual-aiv: HCA attention on 64-head tiles, CMP on 24 workers with its softmax on both AIVs (#1187)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dspark_ir import dims as D
+from dspark_ir.graph import Graph, Node
+from dspark_ir.ops.attention import QkPv
+from dspark_ir.ops.sparse import CsaQkPv, HcaCmpQkPv, HcaRawAttn
+
+from .infra import policy
+from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.contracts import BITWISE
+from .infra.options import option
+from .infra.rewriting import set_attrs
+
+
+@dataclass(frozen=True)
+class Site:
+    node: Node
+    attrs: dict         # the attributes to set
+    what: str           # the record's detail
+
+
+@register_pass
+@dataclass(frozen=True)
+class HcaAttnDualAiv(Pass):
+    """Re-grid the HCA attention tasks the way pypto-lib #1187 did, and split the compressed softmax over both AIVs.
+
+    * `hca_raw_attn`: one block per (token, 16-head tile) → one per (token, `head_tile`-head tile): each query's
+      q·Kᵀ and p·V become one 64-head matmul (a flash rank's 64 heads: 512 → 128 blocks at TP4).
+    * `hca_cmp_qk_pv`: one block per (token, work item) → `cmp_workers` cyclic workers (24: one per core group,
+      upstream went 16 → 24), and `aiv_split = 2`: the template runs the vector softmax of each group of tokens
+      as two independent subgraphs (halves of the group's tokens), the two AIVs of a core group, where the
+      seed ran it as one.
+    Upstream's QK look-ahead of 2 across queries is a pipelining of one cube/vector task pair that pypto 0.2.0's
+    tensor-level templates do not express (its runtime orders the subgraphs by data dependencies): not modelled.
+
+    The softmax reduces over the keys of one (token, head) column; splitting the columns between subgraphs or
+    the heads between blocks changes which core computes a column, never its value. Contract: bitwise. Left
+    alone: a raw task already on `head_tile` heads (or all of them), a compressed task already on workers. CSA's
+    qk_pv already runs on NUM_QK_CORES cyclic workers and was not changed by #1187 (--explain says so).
+    """
+
+    name = "hca-attn-dual-aiv"
+    origin = "pypto-lib #1187 (decode_sparse_attn_hca: 64-head matmuls, split_aiv(2), CMP on 24 workers)"
+    contract = BITWISE
+    preserves = frozenset({"canonical", "no-dead-nodes"})
+    head_tile: int = option(policy.HCA_ATTN_HEAD_TILE, min=1)
+    aiv_split: int = option(policy.HCA_ATTN_AIV_SPLIT, min=1)
+    cmp_workers: int = option(policy.HCA_CMP_WORKERS, min=1)
+
+    def match(self, g: Graph):
+        for node in g.topo_order():
+            if node.opdef is QkPv:
+                yield Skip(node.name, "SWA's window attention: #1187 changed the HCA attention templates only")
+            elif node.opdef is CsaQkPv:
+                yield Skip(node.name, "CSA's qk_pv already runs on cyclic workers (#1187 changed HCA only)")
+            elif node.opdef in (HcaRawAttn, HcaCmpQkPv):
+                verdict = self._check(g, node)
+                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+
+    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+        site = self._check(g, site.node)
+        if isinstance(site, str):
+            return None
+        set_attrs(g, site.node, **site.attrs)
+        return RewriteRecord("regrid", site.node.name, site.what)
+
+    def _check(self, g: Graph, node: Node) -> Site | str:
+        return self._raw(g, node) if node.opdef is HcaRawAttn else self._cmp(g, node)
+
+    def _raw(self, g: Graph, node: Node) -> Site | str:
+        tokens, heads_dim = node.operands[0].type.shape[:2]
+        heads = heads_dim.value(g.env)
+        tile = node.attrs.get("tile")
+        if heads is None or tokens.value(g.env) is None:
+            return f"the tokens {tokens} or heads {heads_dim} are not bound"
+        if tile is None or len(tile) != 2:
+            return "no [tokens, heads] tile"
+        want = min(self.head_tile, heads)
+        if tile[1] >= want:
+            return f"already {tile[1]} of {heads} heads per block (head_tile = {self.head_tile})"
+        if heads % want:
+            return f"head_tile {want} does not divide the {heads} heads"
+        blocks = D.mul(D.ceildiv(tokens, tile[0]), heads // want)
+        return Site(node, {"tile": [tile[0], want], "blocks": blocks},
+                    f"{node.attrs['blocks'].value(g.env)} -> {blocks.value(g.env)} blocks of {want} heads")
+
+    def _cmp(self, g: Graph, node: Node) -> Site | str:
+        if "workers" in node.attrs:
+            return f"already on {node.attrs['workers']} workers"
+        blocks = node.attrs.get("blocks")
+        items = None if blocks is None else blocks.value(g.env)
+        if items is None:
+            return f"the block count {blocks} is not bound"
+        workers = min(self.cmp_workers, items)
+        if workers == items and self.aiv_split < 2:
+            return f"already {items} blocks and aiv_split = {self.aiv_split}: nothing to change"
+        return Site(node, {"workers": workers, "blocks": workers, "aiv_split": self.aiv_split},
+                    f"{items} blocks -> {workers} cyclic workers, softmax over {self.aiv_split} AIV subgraphs")
