@@ -11,9 +11,10 @@ from operator import attrgetter
 from typing import ClassVar
 
 from dspark_ir.graph import Graph, Node, Value
-from dspark_ir.ops.collective import CpAllGather, WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, CpTypedAllGather, CpTypedReadback, WindowCopyOut
 from dspark_ir.ops.core import Slice
 from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
@@ -62,11 +63,19 @@ class TypedGather(Pass):
     origin = "seed PR (dspark-model.md §6(b)): consumers read the exchange window"
     contract = BITWISE
     exchanges: ClassVar[tuple[type, ...]] = (CpAllGather,)
+    typed_steps: ClassVar[bool] = True      # also rewrite the untyped compressor-payload steps (below)
 
     def match(self, g: Graph):
         sweep = _Sweep()
         for node in g.topo_order():
-            if node.opdef is not WindowCopyOut or not self.acts_on(node):
+            if node.opdef is CpWireUnpack and self.typed_steps:
+                chain = _payload_chain(g, node)
+                if isinstance(chain, str):
+                    yield Skip(node.name, chain)
+                elif chain is not None:
+                    yield node
+                continue
+            if node.opdef is not WindowCopyOut or not self.acts_on(node) or _unpacked(g, node):
                 continue
             reason = _refusal(g, node)
             if reason is not None:
@@ -75,6 +84,8 @@ class TypedGather(Pass):
             yield _Site(node, sweep)
 
     def rewrite(self, g: Graph, site: "_Site | Node") -> RewriteRecord | None:
+        if isinstance(site, Node) and site.opdef is CpWireUnpack:
+            return _typed_step(g, site) if self.typed_steps else None
         copy, sweep = (site.node, site.sweep) if isinstance(site, _Site) else (site, _Sweep())
         if not self.acts_on(copy) or _refusal(g, copy) is not None:
             return None
@@ -198,6 +209,68 @@ class _Sweep:
 class _Site:
     node: Node
     sweep: _Sweep
+
+
+def _unpacked(g: Graph, copy: Node) -> bool:
+    """Is `copy` the read-back of an untyped payload step (read by a wire unpack)? The typed-step rewrite owns it."""
+    return any(u.opdef is CpWireUnpack for u in readers(g, copy.result))
+
+
+def _payload_chain(g: Graph, unpack: Node) -> "tuple[Node, Node, Node] | str | None":
+    """(pack, gather, copy) of an untyped compressor-payload step ending at `unpack`; None when `unpack` reads no
+    read-back of an all-gather (not this pass's pattern), a refusal when the chain cannot be typed."""
+    copy = unpack.operands[0].producer
+    if copy is None or copy.opdef is not WindowCopyOut:
+        return None
+    gather = copy.operands[0].producer
+    if gather is None or gather.opdef is not CpAllGather:
+        return None
+    pack = gather.operands[0].producer
+    if pack is None or pack.opdef is not CpWirePack:
+        return f"%{gather.name} gathers %{gather.operands[0].name}, not a wire pack: no typed form to take"
+    if copy.attrs["axis"] != 0:
+        return f"%{copy.name} reads back along axis {copy.attrs['axis']}, not the rows"
+    for value, reader in ((pack.result, gather), (gather.result, copy), (copy.result, unpack)):
+        others = [u for u in g.users(value) if u is not reader]
+        if value in g.returns or others:
+            who = "the graph" if value in g.returns else f"%{others[0].name}"
+            return f"%{value.name} is also used by {who}: the wire rows must stay"
+    values, kv = pack.operands[0], pack.operands[2:]
+    width = values.type.shape[1].value(g.env)
+    kv_cols = kv[0].type.shape[1].value(g.env) if kv else 0
+    if (unpack.attrs.get("width"), unpack.attrs.get("kv", 0)) != (width, kv_cols):
+        return f"%{unpack.name} decodes width {unpack.attrs.get('width')}, kv {unpack.attrs.get('kv', 0)}; " \
+               f"%{pack.name} packs {width}, {kv_cols}"
+    return pack, gather, copy
+
+
+def _typed_step(g: Graph, unpack: Node) -> RewriteRecord | None:
+    """pack → cp_allgather → window_copy_out → unpack  ⇒  cp_typed_allgather → cp_typed_readback (bitwise: the
+    wire form is a bit reinterpretation; the push and the read-back keep their workers, waits and retire)."""
+    chain = _payload_chain(g, unpack)
+    if chain is None or isinstance(chain, str):
+        return None
+    pack, gather, copy = chain
+    push_attrs = {k: v for k, v in gather.attrs.items()}
+    push = g.add_op(CpTypedAllGather.name, list(pack.operands), push_attrs,
+                    names=g.fresh_name(gather.name + ".typed"), deps=_sorted_unique(pack.deps + gather.deps),
+                    near=gather)
+    read_attrs = {k: v for k, v in copy.attrs.items() if k not in ("axis", "rows")}
+    read_attrs.update(rows=copy.attrs["rows"], width=unpack.attrs["width"], kv=unpack.attrs.get("kv", 0))
+    names = [g.fresh_name(gather.name + ".readback")] + [g.fresh_name(f"{gather.name}.readback.{r}")
+                                                         for r in CpTypedReadback.results[1:len(unpack.results)]]
+    readback = g.add_op(CpTypedReadback.name, [push.result], read_attrs, names=names,
+                        deps=_sorted_unique(copy.deps + unpack.deps), near=copy)
+    for old, new in zip(unpack.results, readback.results):
+        g.replace_uses(old, new)
+    g.replace_uses(copy.result, readback.results[0])        # ordering-only users of the removed tasks
+    g.replace_uses(gather.result, push.result, skip=copy)
+    g.replace_uses(pack.result, push.result, skip=gather)
+    for node in (unpack, copy, gather, pack):
+        g.remove_node(node)
+    return RewriteRecord("typed-step", gather.name,
+                         f"%{push.name} pushes {', '.join('%' + v.name for v in pack.operands)} as wire bits (no "
+                         f"%{pack.name}); %{readback.name} decodes the read-back (no %{unpack.name})")
 
 
 def _refusal(g: Graph, copy: Node) -> str | None:

@@ -43,7 +43,9 @@ from dspark_ir.ops.attention import (
     SwaGatherKv,
     SwaValidBias,
 )
-from dspark_ir.ops.collective import CpAllGather, CpOwnRows, OGroupA2A, TpOReduceScatter, WindowCopyOut
+from dspark_ir.ops.collective import (CpAllGather, CpOwnRows, CpRankRows, CpTypedAllGather, CpTypedReadback, OGroupA2A,
+                                      TpOReduceScatter, WindowCopyOut)
+from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 from dspark_ir.ops.compressor import (
     CmpKvHadamard,
     CmpKvScoreProj,
@@ -382,7 +384,9 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     # collectives, windows and signals
     WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
     **dict.fromkeys((OGroupA2A, CpAllGather, CpOwnRows, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify,
-                     SignalWait, SignalBarrier), DEFAULTS),
+                     SignalWait, SignalBarrier, CpTypedAllGather, CpTypedReadback, CpRankRows), DEFAULTS),
+    # the CP compressor payloads' wire form: every byte read and written once
+    **dict.fromkeys((CpWirePack, CpWireUnpack), DEFAULTS),
 }
 
 
