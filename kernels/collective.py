@@ -6,8 +6,16 @@ from __future__ import annotations
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # window_copy_out's local copy (the template lives in kernels/window_release.py with the window release).
-from dspark_ir.ops.collective import (CpAllGather, CpOwnRows, CpRankRows, CpTypedAllGather, CpTypedReadback, OGroupA2A,
-                                      TpOReduceScatter, WindowCopyOut)
+from dspark_ir.ops.collective import (
+    CpAllGather,
+    CpOwnRows,
+    CpRankRows,
+    CpTypedAllGather,
+    CpTypedReadback,
+    OGroupA2A,
+    TpOReduceScatter,
+    WindowCopyOut,
+)
 
 from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, Src, cast_expr, vec_tile
 from .registry import cost_template, template, unsupported

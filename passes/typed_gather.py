@@ -1,4 +1,9 @@
-"""typed-gather: consumers of a context-parallel all-gather read its window; the read-back wave goes.
+"""typed-gather: the context-parallel all-gathers in the seed's typed form.
+
+Compressor payloads (CSA main/aux, HCA; docs/seed-baselines.md): the untyped step cp_wire_pack → cp_allgather →
+window_copy_out → cp_wire_unpack becomes cp_typed_allgather → cp_typed_readback (the push reads the typed rows as
+their wire bits, the read-back decodes into the typed tensors: no pack or unpack wave; push, waits, read-back
+and retire stay). Token gathers (SWA): consumers of the read-back read the window; the read-back wave goes.
 
 The rewrite (consumers read the exchange window, a window_release takes over barrier 2) is shared with
 a2a-direct-read (passes/a2a_direct_read.py), which applies it to the O path's all-to-all: a pass names the exchange
@@ -28,10 +33,16 @@ _NAME = attrgetter("name")
 class TypedGather(Pass):
     """Let the consumers of a context-parallel all-gather read its window rows directly, dropping the read-back.
 
-    The seed's typed gathers (dspark-model.md §6(b); docs/seed-baselines.md): the CP all-gathers of the compressor
-    payloads (`cp_allgather`: push + payload wait) are followed by a read-back wave (`window_copy_out`: window rows
-    → a local tensor, read-back wait, retire); the consumers read the local copy. Only exchanges whose op kind is
-    in `exchanges` are rewritten (here cp_allgather; a2a-direct-read applies the same rewrite to o_group_a2a).
+    The seed's typed gathers (dspark-model.md §6(b); docs/seed-baselines.md) are the CP all-gathers of the
+    compressor payloads (seed decode_cp_csa_{main,aux}_typed_allgather_step). Their untyped base packs the f32
+    values / scores (and the kv row) into bf16 wire rows (`cp_wire_pack`), pushes them (`cp_allgather`), reads
+    them back (`window_copy_out`) and unpacks them (`cp_wire_unpack`). Rewrite "typed-step": the push takes the
+    typed rows (`cp_typed_allgather`, the same workers) and the read-back decodes them (`cp_typed_readback`, the
+    same workers, waits and retire), so both waves go. Bitwise (the wire form is a bit reinterpretation). It does
+    not fire when the wire rows (packed, gathered or read back) have another user or are returned.
+
+    On the other CP all-gathers (the token gathers) the consumers read the gathered window (rewrite
+    "typed-view", below; a2a-direct-read applies it to the O path's o_group_a2a, `exchanges`).
 
     Before (dspark-model.md §3.5, §6(b)): an exchange task puts every rank's payload into its peers' windows and
     waits for barrier 1 (`o_group_a2a` / `cp_allgather`: every peer's rows have landed); then `window_copy_out`

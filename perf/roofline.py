@@ -43,9 +43,16 @@ from dspark_ir.ops.attention import (
     SwaGatherKv,
     SwaValidBias,
 )
-from dspark_ir.ops.collective import (CpAllGather, CpOwnRows, CpRankRows, CpTypedAllGather, CpTypedReadback, OGroupA2A,
-                                      TpOReduceScatter, WindowCopyOut)
-from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
+from dspark_ir.ops.collective import (
+    CpAllGather,
+    CpOwnRows,
+    CpRankRows,
+    CpTypedAllGather,
+    CpTypedReadback,
+    OGroupA2A,
+    TpOReduceScatter,
+    WindowCopyOut,
+)
 from dspark_ir.ops.compressor import (
     CmpKvHadamard,
     CmpKvScoreProj,
@@ -105,6 +112,7 @@ from dspark_ir.ops.sparse import (
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 from lowering.taskgraph import Arg, Task
 
 

@@ -28,8 +28,17 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
-from .base import (REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, expect_same_dim, numpy_reference,
-                   register_op)
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 from .wire import check_typed_payload, check_wire, typed_results, wire_width
 
 
