@@ -392,7 +392,9 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     # collectives, windows and signals
     WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
     **dict.fromkeys((OGroupA2A, CpAllGather, CpOwnRows, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify,
-                     SignalWait, SignalBarrier, CpTypedAllGather, CpTypedReadback, CpRankRows), DEFAULTS),
+                     SignalWait, SignalBarrier, CpTypedAllGather, CpTypedReadback), DEFAULTS),
+    # modelling glue (no seed task: the seed's consumers read the group rows in place): it moves no bytes
+    CpRankRows: Rule(touched=lambda t: {a.param: 0.0 for a in t.args}),
     # the CP compressor payloads' wire form: every byte read and written once
     **dict.fromkeys((CpWirePack, CpWireUnpack), DEFAULTS),
 }
