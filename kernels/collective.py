@@ -11,6 +11,9 @@ from dataclasses import replace
 from dspark_ir.ops.collective import (
     CpAllGather,
     CpOwnRows,
+    CpRankRows,
+    CpTypedAllGather,
+    CpTypedReadback,
     OGroupA2A,
     TpODequantReduceScatter,
     TpOReduceScatter,
@@ -21,6 +24,7 @@ from .oproj import pypto_o_proj_b_dequant
 from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, Src, TensorArg, cast_expr, vec_tile
 from .registry import cost_template, template, unsupported
 from .window_release import pypto_window_copy_out
+from .wire import unpack_source
 
 # o_group_a2a, cp_allgather and tp_o_reduce_scatter are cross-rank rendezvous collectives: no template
 # (declared `unsupported`).
@@ -46,7 +50,16 @@ unsupported(CpOwnRows, "modelling glue for the per-rank goldens (no seed task): 
                        "TP rank, which the lowering's per-rank numpy collectives know and a one-rank pypto kernel "
                        "does not")
 
+unsupported(CpTypedAllGather, "rendezvous typed all-gather push: this rank's typed payload rows, read as their wire "
+                              "bits, into every peer's window, then the wait for every peer's rows; "
+                              + _PTO_CROSS_RANK + ". Its read-back is the cp_typed_readback that follows, which has a "
+                              "template")
+unsupported(CpRankRows, "modelling glue for the per-rank goldens (no seed task): which rows a rank keeps depends on "
+                        "its TP rank, which a one-rank pypto kernel does not know")
+
 template(WindowCopyOut)(pypto_window_copy_out)
+# the typed read-back's local part: the window's wire rows decoded into the typed tensors (the unpack's loop)
+template(CpTypedReadback)(unpack_source)
 
 
 # ---- cost forms: each collective's local part at one rank (perf's cost model only; never lowered) -------------

@@ -28,3 +28,4 @@ class A2aDirectRead(TypedGather):
 
     name = "a2a-direct-read"
     exchanges: ClassVar[tuple[type, ...]] = (OGroupA2A,)
+    typed_steps: ClassVar[bool] = False

@@ -1,4 +1,9 @@
-"""typed-gather: consumers of a context-parallel all-gather read its window; the read-back wave goes.
+"""typed-gather: the context-parallel all-gathers in the seed's typed form.
+
+Compressor payloads (CSA main/aux, HCA; docs/seed-baselines.md): the untyped step cp_wire_pack → cp_allgather →
+window_copy_out → cp_wire_unpack becomes cp_typed_allgather → cp_typed_readback (the push reads the typed rows as
+their wire bits, the read-back decodes into the typed tensors: no pack or unpack wave; push, waits, read-back
+and retire stay). Token gathers (SWA): consumers of the read-back read the window; the read-back wave goes.
 
 The rewrite (consumers read the exchange window, a window_release takes over barrier 2) is shared with
 a2a-direct-read (passes/a2a_direct_read.py), which applies it to the O path's all-to-all: a pass names the exchange
@@ -11,9 +16,10 @@ from operator import attrgetter
 from typing import ClassVar
 
 from dspark_ir.graph import Graph, Node, Value
-from dspark_ir.ops.collective import CpAllGather, WindowCopyOut
+from dspark_ir.ops.collective import CpAllGather, CpTypedAllGather, CpTypedReadback, WindowCopyOut
 from dspark_ir.ops.core import Slice
 from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
 from .infra.contracts import BITWISE
@@ -27,10 +33,16 @@ _NAME = attrgetter("name")
 class TypedGather(Pass):
     """Let the consumers of a context-parallel all-gather read its window rows directly, dropping the read-back.
 
-    The seed's typed gathers (dspark-model.md §6(b); docs/seed-baselines.md): the CP all-gathers of the compressor
-    payloads (`cp_allgather`: push + payload wait) are followed by a read-back wave (`window_copy_out`: window rows
-    → a local tensor, read-back wait, retire); the consumers read the local copy. Only exchanges whose op kind is
-    in `exchanges` are rewritten (here cp_allgather; a2a-direct-read applies the same rewrite to o_group_a2a).
+    The seed's typed gathers (dspark-model.md §6(b); docs/seed-baselines.md) are the CP all-gathers of the
+    compressor payloads (seed decode_cp_csa_{main,aux}_typed_allgather_step). Their untyped base packs the f32
+    values / scores (and the kv row) into bf16 wire rows (`cp_wire_pack`), pushes them (`cp_allgather`), reads
+    them back (`window_copy_out`) and unpacks them (`cp_wire_unpack`). Rewrite "typed-step": the push takes the
+    typed rows (`cp_typed_allgather`, the same workers) and the read-back decodes them (`cp_typed_readback`, the
+    same workers, waits and retire), so both waves go. Bitwise (the wire form is a bit reinterpretation). It does
+    not fire when the wire rows (packed, gathered or read back) have another user or are returned.
+
+    On the other CP all-gathers (the token gathers) the consumers read the gathered window (rewrite
+    "typed-view", below; a2a-direct-read applies it to the O path's o_group_a2a, `exchanges`).
 
     Before (dspark-model.md §3.5, §6(b)): an exchange task puts every rank's payload into its peers' windows and
     waits for barrier 1 (`o_group_a2a` / `cp_allgather`: every peer's rows have landed); then `window_copy_out`
@@ -62,11 +74,19 @@ class TypedGather(Pass):
     origin = "seed PR (dspark-model.md §6(b)): consumers read the exchange window"
     contract = BITWISE
     exchanges: ClassVar[tuple[type, ...]] = (CpAllGather,)
+    typed_steps: ClassVar[bool] = True      # also rewrite the untyped compressor-payload steps (below)
 
     def match(self, g: Graph):
         sweep = _Sweep()
         for node in g.topo_order():
-            if node.opdef is not WindowCopyOut or not self.acts_on(node):
+            if node.opdef is CpWireUnpack and self.typed_steps:
+                chain = _payload_chain(g, node)
+                if isinstance(chain, str):
+                    yield Skip(node.name, chain)
+                elif chain is not None:
+                    yield node
+                continue
+            if node.opdef is not WindowCopyOut or not self.acts_on(node) or _unpacked(g, node):
                 continue
             reason = _refusal(g, node)
             if reason is not None:
@@ -75,6 +95,8 @@ class TypedGather(Pass):
             yield _Site(node, sweep)
 
     def rewrite(self, g: Graph, site: "_Site | Node") -> RewriteRecord | None:
+        if isinstance(site, Node) and site.opdef is CpWireUnpack:
+            return _typed_step(g, site) if self.typed_steps else None
         copy, sweep = (site.node, site.sweep) if isinstance(site, _Site) else (site, _Sweep())
         if not self.acts_on(copy) or _refusal(g, copy) is not None:
             return None
@@ -198,6 +220,68 @@ class _Sweep:
 class _Site:
     node: Node
     sweep: _Sweep
+
+
+def _unpacked(g: Graph, copy: Node) -> bool:
+    """Is `copy` the read-back of an untyped payload step (read by a wire unpack)? The typed-step rewrite owns it."""
+    return any(u.opdef is CpWireUnpack for u in readers(g, copy.result))
+
+
+def _payload_chain(g: Graph, unpack: Node) -> "tuple[Node, Node, Node] | str | None":
+    """(pack, gather, copy) of an untyped compressor-payload step ending at `unpack`; None when `unpack` reads no
+    read-back of an all-gather (not this pass's pattern), a refusal when the chain cannot be typed."""
+    copy = unpack.operands[0].producer
+    if copy is None or copy.opdef is not WindowCopyOut:
+        return None
+    gather = copy.operands[0].producer
+    if gather is None or gather.opdef is not CpAllGather:
+        return None
+    pack = gather.operands[0].producer
+    if pack is None or pack.opdef is not CpWirePack:
+        return f"%{gather.name} gathers %{gather.operands[0].name}, not a wire pack: no typed form to take"
+    if copy.attrs["axis"] != 0:
+        return f"%{copy.name} reads back along axis {copy.attrs['axis']}, not the rows"
+    for value, reader in ((pack.result, gather), (gather.result, copy), (copy.result, unpack)):
+        others = [u for u in g.users(value) if u is not reader]
+        if value in g.returns or others:
+            who = "the graph" if value in g.returns else f"%{others[0].name}"
+            return f"%{value.name} is also used by {who}: the wire rows must stay"
+    values, kv = pack.operands[0], pack.operands[2:]
+    width = values.type.shape[1].value(g.env)
+    kv_cols = kv[0].type.shape[1].value(g.env) if kv else 0
+    if (unpack.attrs.get("width"), unpack.attrs.get("kv", 0)) != (width, kv_cols):
+        return f"%{unpack.name} decodes width {unpack.attrs.get('width')}, kv {unpack.attrs.get('kv', 0)}; " \
+               f"%{pack.name} packs {width}, {kv_cols}"
+    return pack, gather, copy
+
+
+def _typed_step(g: Graph, unpack: Node) -> RewriteRecord | None:
+    """pack → cp_allgather → window_copy_out → unpack  ⇒  cp_typed_allgather → cp_typed_readback (bitwise: the
+    wire form is a bit reinterpretation; the push and the read-back keep their workers, waits and retire)."""
+    chain = _payload_chain(g, unpack)
+    if chain is None or isinstance(chain, str):
+        return None
+    pack, gather, copy = chain
+    push_attrs = {k: v for k, v in gather.attrs.items()}
+    push = g.add_op(CpTypedAllGather.name, list(pack.operands), push_attrs,
+                    names=g.fresh_name(gather.name + ".typed"), deps=_sorted_unique(pack.deps + gather.deps),
+                    near=gather)
+    read_attrs = {k: v for k, v in copy.attrs.items() if k not in ("axis", "rows")}
+    read_attrs.update(rows=copy.attrs["rows"], width=unpack.attrs["width"], kv=unpack.attrs.get("kv", 0))
+    names = [g.fresh_name(gather.name + ".readback")] + [g.fresh_name(f"{gather.name}.readback.{r}")
+                                                         for r in CpTypedReadback.results[1:len(unpack.results)]]
+    readback = g.add_op(CpTypedReadback.name, [push.result], read_attrs, names=names,
+                        deps=_sorted_unique(copy.deps + unpack.deps), near=copy)
+    for old, new in zip(unpack.results, readback.results):
+        g.replace_uses(old, new)
+    g.replace_uses(copy.result, readback.results[0])        # ordering-only users of the removed tasks
+    g.replace_uses(gather.result, push.result, skip=copy)
+    g.replace_uses(pack.result, push.result, skip=gather)
+    for node in (unpack, copy, gather, pack):
+        g.remove_node(node)
+    return RewriteRecord("typed-step", gather.name,
+                         f"%{push.name} pushes {', '.join('%' + v.name for v in pack.operands)} as wire bits (no "
+                         f"%{pack.name}); %{readback.name} decodes the read-back (no %{unpack.name})")
 
 
 def _refusal(g: Graph, copy: Node) -> str | None:

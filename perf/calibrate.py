@@ -74,13 +74,15 @@ def load_facts(path: str | Path = FACTS) -> dict:
 
 # ---- the swimlane's graph ----------------------------------------------------------------------------
 def swimlane_graph(facts: Mapping, source) -> tuple[list[SchedTask], dict[int, KernelCost]]:
-    """Our task graph of the swimlane's case (default pipeline) and its kernel costs from `source`."""
+    """Our task graph of the swimlane's case (the default pipeline less the swimlane's `disabled` passes: what
+    the captured code had not) and its kernel costs from `source`."""
     from .ab import Case, Shape, Variant, lower_variant
 
     sw = facts["swimlane"]
     params = (("max_context", int(sw["max_context"])),) if sw.get("max_context") else ()
     g = Case(sw["layer"], Shape(sw["config"], int(sw["tp"]), int(sw["batch"]), int(sw["seq"]), params)).build()
-    tg = lower_variant(g, Variant("default", "default")).tg
+    disabled = tuple(sw.get("disabled", ()))
+    tg = lower_variant(g, Variant("default", "default", ctx=(("disabled", disabled),) if disabled else ())).tg
     return sched_tasks(tg), source.costs(tg)
 
 

@@ -46,6 +46,9 @@ from dspark_ir.ops.attention import (
 from dspark_ir.ops.collective import (
     CpAllGather,
     CpOwnRows,
+    CpRankRows,
+    CpTypedAllGather,
+    CpTypedReadback,
     OGroupA2A,
     TpODequantReduceScatter,
     TpOReduceScatter,
@@ -113,6 +116,7 @@ from dspark_ir.ops.sparse import (
 from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.ops.window_release import WindowRelease
+from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 from lowering.taskgraph import Arg, Task
 
 
@@ -405,7 +409,11 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     # collectives, windows and signals
     WindowRelease: Rule(touched=lambda t: {"window": 0.0}),   # barrier 2 and the credit reset: the window is not read
     **dict.fromkeys((OGroupA2A, CpAllGather, CpOwnRows, TpOReduceScatter, WindowCopyOut, Window, Put, SignalNotify,
-                     SignalWait, SignalBarrier), DEFAULTS),
+                     SignalWait, SignalBarrier, CpTypedAllGather, CpTypedReadback), DEFAULTS),
+    # modelling glue (no seed task: the seed's consumers read the group rows in place): it moves no bytes
+    CpRankRows: Rule(touched=lambda t: {a.param: 0.0 for a in t.args}),
+    # the CP compressor payloads' wire form: every byte read and written once
+    **dict.fromkeys((CpWirePack, CpWireUnpack), DEFAULTS),
 }
 
 

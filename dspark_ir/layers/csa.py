@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..dims import ceildiv
 from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
+from .cp_payload import AUX_WORKERS, CompressorGathers
 
 RMS_PAD_TILE = 16  # seed literal: the compressor finish stages run ceil(B/16) blocks of 16 requests
 
@@ -46,14 +47,18 @@ def live_qk_blocks(window: int, topk: int, max_visible: int, k_tile: int) -> dic
 
 
 def compressor(b: GraphBuilder, block: str, x_normed, late, wkv, wgate, ape, state, state_table, positions, *,
-               ratio: int, head_dim: int, overlap: bool, out_tile: int):
-    """kv_score_proj (after late_dep) → scatter_softmax_pool (in place on the ring state): (state', pooled)."""
+               ratio: int, head_dim: int, overlap: bool, out_tile: int, payload=None):
+    """kv_score_proj (after late_dep) → scatter_softmax_pool (in place on the ring state): (state', pooled).
+    `payload`: (values, scores) → (values, scores), what the projections go through before the pool (at TP > 1
+    the CP all-gather of the seed's base, layers/cp_payload.py)."""
     c, t = b.cfg, b.tiles
     out = (2 if overlap else 1) * head_dim
     kvp, scp = b.op("cmp_kv_score_proj", x_normed, wkv, wgate, names=[f"{block}.kv_score_proj",
                                                                       f"{block}.kv_score_proj.score"],
                     tile=[t.MM_B_TILE, out_tile, t.CMP_K_TILE], blocks=ceildiv(b.T, t.MM_B_TILE) * (out // out_tile),
                     deps=[late], **b.clamp(b.T, t.MM_B_TILE))
+    if payload is not None:
+        kvp, scp = payload(kvp, scp)
     return b.op("cmp_scatter_softmax_pool", kvp, scp, ape, state, state_table, positions,
                 names=[f"{block}.scatter_softmax_pool", f"{block}.scatter_softmax_pool.pooled"], ratio=ratio,
                 head_dim=head_dim, overlap=overlap, block_size=c.block_size, seq=c.seq, blocks=1)
@@ -114,15 +119,18 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
     ent_cos, ent_sin = request_rope(b, "csa", "csa_cmp_rope", "csa.rope_interleave.cmp", p.rope_cos, p.rope_sin,
                                     p.positions, at="boundary", ratio=r)
 
-    # 5: original-KV cache writeback
-    kv_cache = b.op("kv_cache_writeback", qkv.kv, p.kv_cache, p.swa_slot_mapping, name="csa.csa_cache_writeback",
+    # 5: original-KV cache writeback (at TP > 1 of the kv rows the aux all-gather carries: after it, as in the seed)
+    def cache_writeback(kv):
+        return b.op("kv_cache_writeback", kv, p.kv_cache, p.swa_slot_mapping, name="csa.csa_cache_writeback",
                     tile=[t.T_TILE], blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
+    cp = CompressorGathers(b)      # the seed base's CP all-gathers of the compressor payloads (TP > 1)
+    kv_cache = cache_writeback(qkv.kv) if b.tp == 1 else None
 
     # 6: main ratio-4 compressor
     fin = finish_tiles(b)
     cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
                                    cmp_state_block_table, p.positions, ratio=r, head_dim=HD, overlap=True,
-                                   out_tile=t.CMP_OUT_TILE)
+                                   out_tile=t.CMP_OUT_TILE, payload=cp.payload("cp.csa_main_allgather"))
     cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=r, seq=c.seq, eps=c.rms_eps,
                   **fin, aer=True)
@@ -156,7 +164,10 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
     # 7i: inner C8 compressor → idx_kv_cache / idx_kv_scale
     idx_cmp_state, ipooled = compressor(b, "icmp", x_normed, late, idx_cmp_wkv, idx_cmp_wgate, idx_cmp_ape,
                                         idx_cmp_state, idx_cmp_state_block_table, p.positions, ratio=r,
-                                        head_dim=IHD, overlap=True, out_tile=max(1, t.CMP_OUT_TILE // 2))
+                                        head_dim=IHD, overlap=True, out_tile=max(1, t.CMP_OUT_TILE // 2),
+                                        payload=cp.payload("cp.csa_aux_allgather", kv=qkv.kv, workers=AUX_WORKERS))
+    if kv_cache is None:
+        kv_cache = cache_writeback(cp.kv)
     y = b.op("cmp_rmsnorm_rope", ipooled, idx_cmp_norm_w, ent_cos, ent_sin, name="icmp.rmsnorm_rope",
              eps=c.rms_eps, **fin)
     k = b.op("cmp_kv_hadamard", y, idx_hadamard, name="icmp.kv_hadamard", **fin)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..dims import ceildiv
 from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
+from .cp_payload import CompressorGathers
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
 
@@ -53,11 +54,17 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
                                     p.positions, at="boundary", ratio=R)
 
     # 5 ∥ 6: original-KV writeback and the ratio-R compressor, joined by cache_ready_dep
-    kv_cache = b.op("kv_cache_writeback", qkv.kv, p.kv_cache, p.swa_slot_mapping, name="hca.hca_cache_writeback",
+    # (at TP > 1 the writeback takes the kv rows the compressor payload's CP all-gather carries: after it)
+    def cache_writeback(kv):
+        return b.op("kv_cache_writeback", kv, p.kv_cache, p.swa_slot_mapping, name="hca.hca_cache_writeback",
                     tile=[t.T_TILE], blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
+    cp = CompressorGathers(b)      # the seed base's CP all-gather of the compressor payload (TP > 1)
+    kv_cache = cache_writeback(qkv.kv) if b.tp == 1 else None
     cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
                                    cmp_state_block_table, p.positions, ratio=R, head_dim=HD, overlap=False,
-                                   out_tile=t.CMP_OUT_TILE)
+                                   out_tile=t.CMP_OUT_TILE, payload=cp.payload("cp.hca_allgather", kv=qkv.kv))
+    if kv_cache is None:
+        kv_cache = cache_writeback(cp.kv)
     cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=R, seq=c.seq, eps=c.rms_eps,
                   aer=True, **finish_tiles(b))

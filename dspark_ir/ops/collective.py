@@ -36,8 +36,19 @@ from __future__ import annotations
 
 from .. import dims as D
 from ..types import DType, TensorType
-from .base import REQUIRED, Attr, OpDef, expect, expect_dtype, expect_rank, numpy_reference, register_op
+from .base import (
+    REQUIRED,
+    Attr,
+    OpDef,
+    expect,
+    expect_dtype,
+    expect_rank,
+    expect_same_dim,
+    numpy_reference,
+    register_op,
+)
 from .oproj import OProjBDequant
+from .wire import check_typed_payload, check_wire, typed_results, wire_width
 
 
 def exact_div(d: D.Dim, k: int) -> D.Dim:
@@ -115,6 +126,68 @@ class CpOwnRows(_CollectiveOp):
         n = r.shape[0].value()
         expect(tp >= 1 and (n is None or n % tp == 0), f"tp {tp} does not divide {r.shape[0]} rows")
         return [r]
+
+
+@register_op
+class CpTypedAllGather(_CollectiveOp):
+    """The typed step's push + payload wait (seed decode_cp_csa_*_typed_allgather_step): values f32[T, W],
+    scores f32[T, W][, kv bf16[T, K]] on every rank → this rank's window of wire rows bf16[tp·T, 4·W + K]
+    (rank-major, the layout of ops/wire.py), the push reading the typed rows as their wire bits: no pack wave.
+    Its read-back is the cp_typed_readback that follows."""
+    name = "cp_typed_allgather"
+    operands = ("values", "scores", "*kv")
+    attrs = {"tp": Attr("int", REQUIRED)}
+    reference = numpy_reference("collective", "cp_typed_allgather")
+
+    def infer(self, ins, attrs):
+        values, kv = check_typed_payload(ins)
+        tp = attrs["tp"]
+        expect(tp >= 1, f"tp must be positive, got {tp}")
+        return [TensorType(DType.bf16, (D.mul(tp, values.shape[0]), wire_width(values, kv)))]
+
+
+@register_op
+class CpTypedReadback(_CollectiveOp):
+    """The typed step's read-back + read-back wait + retire: the window's wire rows 0 … rows − 1 decoded straight
+    into values f32[rows, W], scores f32[rows, W][, kv bf16[rows, K]] (no unpack wave), then barrier 2 and the
+    credit reset (seed decode_cp_csa_*_typed_allgather_step: readback, readback_wait, retire)."""
+    name = "cp_typed_readback"
+    operands = ("window",)
+    results = ("values", "scores", "kv")
+    attrs = {"rows": Attr("dim", REQUIRED), "width": Attr("int", REQUIRED), "kv": Attr("int", 0)}
+    reference = numpy_reference("collective", "cp_typed_readback")
+
+    def infer(self, ins, attrs):
+        w, rows = ins[0], attrs["rows"]
+        check_wire(w, attrs["width"], attrs["kv"], "window")
+        n, extent = rows.value(), w.shape[0].value()
+        expect(n is None or extent is None or 0 <= n <= extent, f"rows {rows} exceed the window's {w.shape[0]}")
+        return typed_results(rows, attrs["width"], attrs["kv"])
+
+
+@register_op
+class CpRankRows(_CollectiveOp):
+    """Each of its operands' rows [tp·T, …] gathered over the TP group → this rank's own rows [T, …] (rank r:
+    rows r·T … (r+1)·T − 1). Modelling glue, not a seed task: the seed's compressors pool, and its caches take,
+    the whole group's rows (group-wide state); our per-rank inputs hold the rank's own requests, so each rank
+    keeps its own rows of the gathered payload (docs/seed-baselines.md "CSA", "HCA"). Rank-aware, so a collective
+    in the IR (it meets its peers like one: the layers chain it)."""
+    name = "cp_rank_rows"
+    operands = ("rows", "*more")
+    results = ("out", "out1", "out2")
+    attrs = {"tp": Attr("int", REQUIRED)}
+    reference = numpy_reference("collective", "cp_rank_rows")
+
+    def infer(self, ins, attrs):
+        tp = attrs["tp"]
+        out = []
+        for r in ins:
+            expect(r.rank >= 1, f"rows must have a row axis, got {r}")
+            n = r.shape[0].value()
+            expect(tp >= 1 and (n is None or n % tp == 0), f"tp {tp} does not divide {r.shape[0]} rows")
+            expect_same_dim(r.shape[0], ins[0].shape[0], "rows of every operand")
+            out.append(r.with_shape([exact_div(r.shape[0], tp)] + list(r.shape[1:])))
+        return out
 
 
 @register_op

@@ -10,6 +10,7 @@ import numpy as np
 from .dtypes import as_dtype, f32
 from .elementwise import slice_
 from .oproj import o_proj_b_dequant
+from .wire import cp_wire_pack, cp_wire_unpack
 
 
 def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
@@ -46,6 +47,30 @@ def cp_own_rows(per_rank, *, ranks, fill=-1, **_):
         keep[r * t:(r + 1) * t] = True
         x[~keep] = fill
         out.append(x)
+    return out
+
+
+def cp_typed_allgather(per_rank, *, ranks, **_):
+    """The typed push: every rank receives every rank's payload as wire rows (ops/wire.py), rank-major."""
+    gathered = np.concatenate([cp_wire_pack(*ops) for ops in per_rank[:ranks]], axis=0)
+    return [gathered.copy() for _ in range(ranks)]
+
+
+def cp_typed_readback(per_rank, *, ranks, rows, width, kv=0, **_):
+    """The typed read-back: every rank decodes its window's wire rows [0, rows) into the typed tensors."""
+    return [cp_wire_unpack(np.asarray(ops[0])[:rows], width=width, kv=kv) for ops in per_rank[:ranks]]
+
+
+def cp_rank_rows(per_rank, *, ranks, **_):
+    """Rank r keeps rows [r·T, (r+1)·T) of each operand (T = rows / ranks)."""
+    out = []
+    for r, ops in enumerate(per_rank[:ranks]):
+        mine = []
+        for x in ops:
+            x = np.asarray(x)
+            t = x.shape[0] // ranks
+            mine.append(np.array(x[r * t:(r + 1) * t]))
+        out.append(tuple(mine) if len(mine) > 1 else mine[0])
     return out
 
 

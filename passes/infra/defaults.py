@@ -114,10 +114,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "stream heads read only by the pack, and it runs before a2a-direct-read so the O-path exchange already "
           "reads the final packed producer"),
     Entry("typed-gather",
-          "comm-consumer fusion (dspark-model 6(b)) on the context-parallel all-gathers (cp_allgather), after "
-          "every attention-side rewrite, so each exchange's producer and consumers are final; it orders its "
-          "window_release before every later rendezvous collective, so it must run after any pass that adds "
-          "collectives; no-op at TP1 and on layers without a cp_allgather"),
+          "comm-consumer fusion (dspark-model 6(b)) on the context-parallel all-gathers: the CSA/HCA "
+          "compressor-payload steps become the seed's typed step (no pack / unpack wave), the token gathers' "
+          "consumers read the window; after every attention-side rewrite, so each exchange's producer and "
+          "consumers are final (topk-bypass and the compressor re-tilings leave the payload chain as built); it "
+          "orders its window_release before every later rendezvous collective, so it must run after any pass "
+          "that adds collectives; no-op at TP1"),
     Entry("a2a-direct-read",
           "typed-gather's rewrite on the O path's all-to-all (not a seed PR's: docs/seed-baselines.md), right "
           "after it for the same reasons: the packed-heads producer and the tp_o_a consumers are final, and its "

@@ -1,7 +1,8 @@
 """typed-gather: the seed's typed gathers act on context-parallel all-gathers (cp_allgather) only. On a gathered
 window the consumers read it directly (bitwise, checked by the case runner: tests/passes/typed-gather/); the
-O path's all-to-all is left to a2a-direct-read (test_a2a_direct_read.py). Of today's layers only SWA at TP > 1
-has cp_allgathers (x_normed, positions, slot mapping: the seed's context-parallel KV side); HCA and CSA have none."""
+O path's all-to-all is left to a2a-direct-read (test_a2a_direct_read.py). At TP > 1 SWA has token cp_allgathers
+(x_normed, positions, slot mapping: the seed's context-parallel KV side); CSA (main + aux) and HCA have the untyped
+compressor-payload steps (pack → cp_allgather → read-back → unpack), which the pass turns into the typed step."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,27 @@ def test_leaves_the_o_path_to_a2a_direct_read(layer):
     result = run_pipeline(tiny(layer, 2), "typed-gather", ctx=PassContext(use_env=False, check_numerics=True))
     g = result.graph
     assert [n.name for n in g.ops("window_copy_out")] == ["o.o_group_a2a.copy_out"]
-    assert statuses(result) == {"typed-gather": "changed" if layer == "decode-swa" else "no-op"}
+    assert statuses(result) == {"typed-gather": "changed"}
+
+
+@pytest.mark.parametrize("layer, steps", [("decode-csa", ["cp.csa_main_allgather", "cp.csa_aux_allgather"]),
+                                          ("decode-hca", ["cp.hca_allgather"])])
+def test_types_the_compressor_payload_steps(layer, steps):
+    before = tiny(layer, 2)
+    assert [n.name for n in before.ops("cp_allgather")] == steps
+    assert len(before.ops("cp_wire_pack")) == len(before.ops("cp_wire_unpack")) == len(steps)
+    g = run_pipeline(before, "typed-gather", ctx=PassContext(use_env=False, check_numerics=True)).graph
+    assert not g.ops("cp_wire_pack") and not g.ops("cp_wire_unpack") and not g.ops("cp_allgather")
+    assert [n.name for n in g.ops("cp_typed_allgather")] == [s + ".typed" for s in steps]
+    assert [n.name for n in g.ops("cp_typed_readback")] == [s + ".readback" for s in steps]
+    for s in steps:      # the rank's own rows are cut from the decoded read-back, as before from the unpack
+        assert g.nodes[s + ".own_rows"].operands[0] is g.nodes[s + ".readback"].results[0]
+
+
+def test_tp1_has_no_compressor_payload_step():
+    for layer in ("decode-csa", "decode-hca"):
+        g = tiny(layer, 1)
+        assert not g.ops("cp_wire_pack") and not g.ops("cp_allgather") and not g.ops("cp_rank_rows")
 
 
 def test_swa_kv_side_reads_the_gathered_rows():
