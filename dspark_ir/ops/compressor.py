@@ -139,7 +139,7 @@ class CmpKvScoreProj(_CmpOp):
     name = "cmp_kv_score_proj"
     operands = ("x", "wkv", "wgate")
     results = ("kv", "score")
-    attrs = {"token_tiles": Attr("int", 1, doc="token tiles (of tile[0] rows) one block runs in turn with the same "
+    attrs = {"token_tiles": Attr("int", doc="token tiles (of tile[0] rows) one block runs in turn with the same "
                                              "weight tiles (pypto-lib #1155 KV_SCORE_T_GROUP)")}
     core = "cube"
     reference = numpy_reference("compressor", "cmp_kv_score_proj")

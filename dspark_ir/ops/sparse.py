@@ -377,7 +377,7 @@ class HcaCmpWorkGather(_SparseOp):
     operands = ("cmp_kv", "cmp_block_table")
     results = ("rows", "phys")
     attrs = {"block_size": Attr("int", REQUIRED), "work_rows": Attr("int", REQUIRED), "works": Attr("int", REQUIRED),
-             "items_per_block": Attr("int", 1, doc="(request, work item) pairs one block gathers in turn "
+             "items_per_block": Attr("int", doc="(request, work item) pairs one block gathers in turn "
                                                    "(pypto-lib #1227 CMP_GATHER_WORK_TILE)")}
     reference = numpy_reference("sparse", "hca_cmp_work_gather")
 
@@ -406,7 +406,7 @@ class HcaCmpQkPv(_SparseOp):
         "seq": Attr("int", REQUIRED),
         "work_rows": Attr("int", REQUIRED),
         "max_rows": Attr("int", REQUIRED),
-        "aiv_split": Attr("int", 1, doc="vector softmax of each token group split over this many subgraphs (the "
+        "aiv_split": Attr("int", doc="vector softmax of each token group split over this many subgraphs (the "
                                         "AIVs of a core group, pypto-lib #1187)"),
     }
     core = "mix"
