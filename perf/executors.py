@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ BATCH_PREFIX = "dspark-sims-"       # of a task of several kernels: prefix + has
 KERNELS_PER_TASK = 8                # at most this many (short) kernels in one Dask task
 TASK_SECONDS = 2.0                  # a task of short kernels lasts about this long
 TASKS_PER_THREAD = 2                # tasks in flight per Dask worker thread: one running, one queued
+THREADS_EVERY = 5.0                 # seconds between two counts of the cluster's worker threads
 CONNECT_TIMEOUT = 20.0              # seconds to reach the scheduler
 _ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
@@ -248,8 +250,7 @@ class DaskExecutor:
         twins: dict[int, list[int]] = {}         # that index -> later jobs with the same key (not run again)
         answered: dict[str, SimOutcome] = {}
         finished = as_completed(loop=self.client.loop)
-        threads = self.threads()
-        limit = TASKS_PER_THREAD * threads
+        threads, counted = self.threads(), time.monotonic()
         exhausted = False
 
         def submit(indices: list[int]) -> None:
@@ -268,6 +269,9 @@ class DaskExecutor:
 
         try:
             while True:
+                if time.monotonic() - counted > THREADS_EVERY:    # workers join (and leave) while we run
+                    threads, counted = self.threads(), time.monotonic()
+                limit = TASKS_PER_THREAD * threads
                 # draw the next job (the caller lowers and generates it) while the tasks in flight run, until
                 # every place in flight is taken and the next task is ready to go
                 drew = False
