@@ -1,7 +1,7 @@
 """Scale-out of `dspark sweep` on Dask: 1 vs 2 workers cold, the cache warm, an interrupted sweep resumed.
 
     python benchmarks/sweep_scaling.py            # flash decode-swa TP4, default and all-off: 42 distinct kernels
-                                                  # at flash shapes (1-26 s each; ~10 minutes on a quiet 2-core machine)
+                                                  # at flash shapes (seconds each; not yet timed on a quiet machine)
     python benchmarks/sweep_scaling.py --tiny     # tiny decode-swa TP1/2: 71 distinct sub-second kernels
     python benchmarks/sweep_scaling.py --quick    # a few small kernels: proves the script works
 
@@ -92,23 +92,8 @@ def sweep(points, stage, cache: Path, out: Path, executor: DaskExecutor, progres
     return report, time.perf_counter() - t0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a few small kernels (the qkv stage), to check the script")
-    ap.add_argument("--tiny", action="store_true", help="the tiny grid: 71 sub-second kernels")
-    ap.add_argument("--kernels-per-task", type=int, default=KERNELS_PER_TASK, metavar="N",
-                    help=f"at most N short kernels per Dask task (default {KERNELS_PER_TASK}; 1: a task per kernel)")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation")
-    ap.add_argument("--interrupt-after", type=int, default=2, metavar="N", help="points before the interrupt")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary caches and outputs")
-    args = ap.parse_args(argv)
-    setup = QUICK if args.quick else TINY if args.tiny else FULL
-    points, _ = setup["grid"].points()
-    stage = setup["stage"]
-    tmp = Path(tempfile.mkdtemp(prefix="dspark-sweep-bench-"))
-    print(f"sweep: {len(points)} points ({', '.join(p.label() for p in points)})"
-          + (f", stage {','.join(stage)}" if stage else ""), flush=True)
-
+def measure(args, points, stage, tmp: Path) -> dict:
+    """Cold 1 and 2 workers, warm, resume: the summary (also printed as one JSON line)."""
     wall, reports, tasks = {}, {}, {}
     for n in (1, 2):
         with cluster(n) as c:
@@ -156,11 +141,35 @@ def main(argv: list[str] | None = None) -> int:
                "identical": same, "warm_hit_fraction": hits, "warm_simulated": warm.simulated,
                "resume_redone": redone, "resume_equal": equal}
     print(json.dumps(summary))
-    if args.keep:
-        print(f"kept {tmp}")
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    ok = same and equal and redone == 0 and hits >= HIT_TARGET and (args.quick or speed_up >= SPEED_UP_TARGET)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few small kernels (the qkv stage), to check the script")
+    ap.add_argument("--tiny", action="store_true", help="the tiny grid: 71 sub-second kernels")
+    ap.add_argument("--kernels-per-task", type=int, default=KERNELS_PER_TASK, metavar="N",
+                    help=f"at most N short kernels per Dask task (default {KERNELS_PER_TASK}; 1: a task per kernel)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation")
+    ap.add_argument("--interrupt-after", type=int, default=2, metavar="N", help="points before the interrupt")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary caches and outputs")
+    args = ap.parse_args(argv)
+    setup = QUICK if args.quick else TINY if args.tiny else FULL
+    points, _ = setup["grid"].points()
+    stage = setup["stage"]
+    tmp = Path(tempfile.mkdtemp(prefix="dspark-sweep-bench-"))
+    print(f"sweep: {len(points)} points ({', '.join(p.label() for p in points)})"
+          + (f", stage {','.join(stage)}" if stage else ""), flush=True)
+
+    try:
+        summary = measure(args, points, stage, tmp)
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    ok = (summary["identical"] and summary["resume_equal"] and summary["resume_redone"] == 0
+          and summary["warm_hit_fraction"] >= HIT_TARGET and (args.quick or summary["speed_up"] >= SPEED_UP_TARGET))
     return 0 if ok else 1
 
 
