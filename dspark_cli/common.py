@@ -36,6 +36,9 @@ def add_executor_arguments(p: argparse.ArgumentParser) -> None:
                    help="the Dask scheduler (default: $DSPARK_SCHEDULER)")
     g.add_argument("--workers", type=int, default=2, help="local pypto worker processes (default 2)")
     g.add_argument("--timeout", type=float, default=1800.0, help="seconds per kernel simulation (default 1800)")
+    g.add_argument("--kernels-per-task", type=int, default=None, metavar="N",
+                   help="dask: at most N short kernels run back to back in one Dask task (default 8; 1: a task "
+                        "per kernel)")
     g.add_argument("--cost-cache", default=None, metavar="DIR",
                    help="cost-model cache directory, may be shared by several machines "
                         "(default: $DSPARK_CACHE_DIR/perf-costs, DSPARK_CACHE_DIR defaulting to ~/.cache/dspark)")
@@ -130,7 +133,11 @@ def executor_from_args(args: argparse.Namespace):
         raise UsageError(f"--workers: must be at least 1, got {args.workers}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout: must be positive, got {args.timeout:g}")
-    return make_executor(args.executor, scheduler=args.scheduler, workers=args.workers, timeout=args.timeout)
+    if args.kernels_per_task is not None and args.kernels_per_task < 1:
+        raise UsageError(f"--kernels-per-task: must be at least 1, got {args.kernels_per_task}")
+    extra = {} if args.kernels_per_task is None else {"kernels_per_task": args.kernels_per_task}
+    return make_executor(args.executor, scheduler=args.scheduler, workers=args.workers, timeout=args.timeout,
+                         **extra)
 
 
 def is_graph_file(target: str) -> bool:

@@ -308,20 +308,27 @@ class PyptoCosts:
     def _simulate(self, tg: TaskGraph, todo: list, progress) -> None:
         self.simulate([(tg.tasks[i], key, src) for i, key, src in todo], progress)
 
-    def simulate(self, todo: list[tuple[Task, str, str]], progress: Callable[[int, int], None] | None = None,
+    def simulate(self, todo: Iterable[tuple[Task, str, str]], progress: Callable[[int, int], None] | None = None,
                  stored: Callable[[str], None] | None = None) -> None:
-        """Run (task, key, source) items (distinct keys) on the executor; each answer is cached as it arrives,
-        then `stored(key)` is called (not for timeouts and crashes, which are not cached)."""
-        jobs = [sim_job(task, key, src) for task, key, src in todo]
+        """Run (task, key, source) items on the executor; each answer is cached as it arrives, then `stored(key)` is
+        called (not for timeouts and crashes, which are not cached). `todo` may be a generator: the executor draws
+        items as it has room for them (a sweep lowers its points meanwhile). `progress(done, drawn so far)`."""
+        drawn: list[tuple[Task, str, str]] = []
+
+        def jobs():
+            for item in todo:
+                drawn.append(item)
+                yield sim_job(*item)
+
         done = 0
-        for index, outcome in self.executor.run(jobs):
-            task, key, _src = todo[index]
+        for index, outcome in self.executor.run(jobs()):
+            task, key, _src = drawn[index]
             if self._record(task, key, outcome) and stored is not None:
                 stored(key)
             done += 1
             self.ran += 1
             if progress is not None:
-                progress(done, len(todo))
+                progress(done, len(drawn))
 
     def _record(self, task: Task, key: str, res: SimOutcome) -> bool:
         """Cache the outcome of the task's run; False for a transient failure (retried next time)."""

@@ -10,14 +10,16 @@ context sweeps of CSA/HCA, a prefill layer's chunk) lowered through one pipeline
 A/B matrix's (perf/estimate.py on the layer, or the `stage` alone as in `dspark ab --stage`), from the same
 cost source, so a sweep point and an A/B variant of the same shape agree.
 
-How a sweep runs: points are lowered a window at a time; the window's kernels that are not in the cost cache
-(distinct keys over all its points) go to the executor together, and a point is estimated and recorded as soon
-as the last of its kernels is back. Each finished point is written at once to `<out>/points/<id>.json`
-(atomically), where `<id>` hashes the point and everything else its numbers depend on (cost source, cost model,
-schedule parameters, stage): a re-run with the same output directory (after an interrupt, or with a grid that
-grew) loads those points instead of redoing them. A point one of whose kernels timed out or crashed is left
-unrecorded (it is retried by the next run). The results do not depend on the executor, its worker count or the
-order in which kernels finish.
+How a sweep runs: one stream of kernels. The executor draws the next kernel when it has room for it (perf/
+executors.py); to answer, the sweep lowers the next point and hands over those of its kernels that are neither in
+the cost cache nor already submitted (distinct keys over the whole sweep), so the lowering and code generation of
+later points overlap the simulation of earlier ones. A point is estimated and recorded as soon as the last of its
+kernels is back (a point whose kernels are all cached, at once). Each finished point is written at once to
+`<out>/points/<id>.json` (atomically), where `<id>` hashes the point and everything else its numbers depend on
+(cost source, cost model, schedule parameters, stage): a re-run with the same output directory (after an
+interrupt, or with a grid that grew) loads those points instead of redoing them. A point one of whose kernels
+timed out or crashed is left unrecorded (it is retried by the next run). The results do not depend on the
+executor, its worker count, how it groups kernels into tasks or the order in which kernels finish.
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ import hashlib
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from dspark_ir.errors import DsparkError
 from dspark_ir.fsutil import OutputDir
@@ -42,7 +45,6 @@ from .schedule import ScheduleParams, schedule
 SCHEMA = "dspark-sweep/1"
 SHAPE_AXES = ("config", "tp", "batch", "seq")
 DEFAULT_PIPELINES = ("default", "all-off")
-WINDOW = 64                      # points lowered (and their kernels submitted) together
 
 
 class SweepError(DsparkError):
@@ -324,7 +326,7 @@ def _cell(value) -> str:
 
 def run_sweep(points: Sequence[Point], source: CostSource, out: str | Path | OutputDir, *,
               params: ScheduleParams | None = None, stage: Sequence[str] | None = None, hw: Hardware = HARDWARE,
-              progress: Any = None, window: int = WINDOW, skipped: Iterable[str] = ()) -> SweepReport:
+              progress: Any = None, skipped: Iterable[str] = ()) -> SweepReport:
     """Estimate every point not already recorded in `out`, recording each as it finishes. `progress(total)` makes
     a tqdm-like bar (update, set_postfix_str, close) over the points to estimate, or is None."""
     params = params or ScheduleParams()
@@ -341,11 +343,9 @@ def run_sweep(points: Sequence[Point], source: CostSource, out: str | Path | Out
             report.results[p] = recorded
     report.resumed = len(report.results)
     bar = progress(len(pending)) if progress is not None else None
-    graphs: dict[Case, Any] = {}
     ran_before = source.ran if isinstance(source, PyptoCosts) else 0
     try:
-        for start in range(0, len(pending), max(1, window)):
-            _run_window(pending[start:start + window], source, store, report, graphs, params, stage, hw, bar)
+        _Stream(pending, source, store, report, params, stage, hw, bar).run()
     finally:
         if bar is not None:
             bar.close()
@@ -354,47 +354,70 @@ def run_sweep(points: Sequence[Point], source: CostSource, out: str | Path | Out
     return report
 
 
-def _run_window(points: list[Point], source: CostSource, store: PointStore, report: SweepReport,
-                graphs: dict, params: ScheduleParams, stage: tuple[str, ...], hw: Hardware, progress) -> None:
-    lowered: dict[Point, Lowered] = {}
-    for p in points:
-        if p.case not in graphs:
-            graphs[p.case] = p.case.build()
-        lowered[p] = lower_variant(graphs[p.case], pipeline_variant(p.pipeline))
-    waiting: dict[str, list[Point]] = {}       # kernel key -> points still waiting for it
-    need: dict[Point, set[str]] = {p: set() for p in points}
-    items: dict[str, tuple] = {}
-    if isinstance(source, PyptoCosts) and not source.offline:
-        for p, low in lowered.items():
+class _Stream:
+    """The points to estimate, lowered one at a time as the executor asks for kernels (see the module doc)."""
+
+    def __init__(self, points: list[Point], source: CostSource, store: PointStore, report: SweepReport,
+                 params: ScheduleParams, stage: tuple[str, ...], hw: Hardware, progress):
+        self.points, self.source, self.store, self.report = points, source, store, report
+        self.params, self.stage, self.hw, self.progress = params, stage, hw, progress
+        self.graphs: dict[Case, Any] = {}
+        self.left = Counter(p.case for p in points)      # points of a case not lowered yet (then its graph goes)
+        self.lowered: dict[Point, Lowered] = {}           # lowered, not finished
+        self.need: dict[Point, set[str]] = {}             # kernel keys a point still waits for
+        self.waiting: dict[str, list[Point]] = {}         # kernel key -> points waiting for it
+        self.sent: set[str] = set()                       # kernel keys handed to the executor
+
+    def run(self) -> None:
+        source = self.source
+        if isinstance(source, PyptoCosts) and not source.offline:
+            source.simulate(self.kernels(), self.kernel_progress, self.stored)
+        else:
+            for p in self.points:
+                self.lowered[p] = self.lower(p)
+                self.finish(p)
+
+    def lower(self, p: Point) -> Lowered:
+        if p.case not in self.graphs:
+            self.graphs[p.case] = p.case.build()
+        graph = self.graphs[p.case]
+        self.left[p.case] -= 1
+        if not self.left[p.case]:
+            del self.graphs[p.case]
+        return lower_variant(graph, pipeline_variant(p.pipeline))
+
+    def kernels(self) -> Iterator[tuple]:
+        """(task, key, source) of every kernel the points need that is neither cached nor already handed over."""
+        source = self.source
+        for p in self.points:
+            low = self.lowered[p] = self.lower(p)
             hits = source.hits
-            _known, todo = source.plan(low.tg, point_tasks(low, stage))
-            report.cache_hits += source.hits - hits
-            report.cache_misses += len(todo)
+            _known, todo = source.plan(low.tg, point_tasks(low, self.stage))
+            self.report.cache_hits += source.hits - hits
+            self.report.cache_misses += len(todo)
+            self.need[p] = {key for _i, key, _src in todo}
+            for _i, key, _src in todo:      # all before the first yield: a kernel in flight may come back meanwhile
+                self.waiting.setdefault(key, []).append(p)
             for i, key, src in todo:
-                need[p].add(key)
-                waiting.setdefault(key, []).append(p)
-                items.setdefault(key, (low.tg.tasks[i], key, src))
+                if key not in self.sent:
+                    self.sent.add(key)
+                    yield low.tg.tasks[i], key, src
+            if not self.need[p] and p in self.lowered:   # all cached (or answered while its kernels were drawn)
+                self.finish(p)
 
-    def finish(p: Point) -> None:
-        result = point_result(p, lowered[p], source, params, stage or None, hw)
-        store.record(p, result)
-        report.results[p] = result
-        if progress is not None:
-            progress.update(1)
+    def finish(self, p: Point) -> None:
+        result = point_result(p, self.lowered.pop(p), self.source, self.params, self.stage or None, self.hw)
+        self.store.record(p, result)
+        self.report.results[p] = result
+        if self.progress is not None:
+            self.progress.update(1)
 
-    def stored(key: str) -> None:
-        for p in waiting.pop(key, []):
-            need[p].discard(key)
-            if not need[p]:
-                finish(p)
+    def stored(self, key: str) -> None:
+        for p in self.waiting.pop(key, []):
+            self.need[p].discard(key)
+            if not self.need[p]:
+                self.finish(p)
 
-    def kernels(done: int, total: int) -> None:
-        if progress is not None:
-            progress.set_postfix_str(f"pypto {done}/{total} kernels of {len(points)} points")
-
-    for p in points:
-        if not need[p]:
-            finish(p)
-    if items:
-        source.simulate(list(items.values()), kernels, stored)
-
+    def kernel_progress(self, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress.set_postfix_str(f"pypto {done}/{total} kernels so far, {len(self.points)} points")
