@@ -388,7 +388,33 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+PREFILL_KINDS = ("prefill_swa", "prefill_hca", "prefill_csa")
+
+
+# ---- prefill geometry ----------------------------------------------------------------------------------------
+def prefill_geometry(kind: str, cfg: ModelConfig, tokens: int, start: int) -> dict[str, int]:
+    """One request's chunk of tp·tokens prompt tokens at `start` (goldens/prefill.py): page counts of its caches
+    (table widths; the pools hold one spare page more), the compressor state ring pages and the RoPE table rows."""
+    if kind not in PREFILL_KINDS:
+        raise ConfigError(f"kind: unknown prefill kind {kind!r} (known: {', '.join(PREFILL_KINDS)})")
+    if tokens <= 0 or start < 0:
+        raise ConfigError(f"chunk: tokens must be positive and start non-negative, got {tokens} at {start}")
+    bs, end = cfg.block_size, start + cfg.tp * tokens
+    geo = cache_geometry(cfg.with_(seq=1))
+    out = {"kv_blocks": _ceil(end, bs), "rope_rows": _ceil(end, bs) * bs}
+    if kind == "prefill_hca":
+        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.hca_ratio), bs), "state_blocks": geo.hca_state_blocks}
+    if kind == "prefill_csa":
+        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.csa_ratio), bs), "state_blocks": geo.csa_state_blocks}
+    return out
+
+
+def _ceil(a: int, b: int) -> int:
+    return max(1, -(-a // b))
+
+
 __all__ = [
     "ConfigError", "ModelConfig", "TileConfig", "CacheGeometry", "FLASH", "TINY", "FLASH_TILES", "TINY_TILES",
-    "CONFIG_NAMES", "config_by_name", "layer_kinds", "tiles_for", "cache_geometry",
+    "CONFIG_NAMES", "config_by_name", "layer_kinds", "tiles_for", "cache_geometry", "PREFILL_KINDS",
+    "prefill_geometry",
 ]

@@ -41,7 +41,7 @@ from .compressor import (
     state_rows,
     window_segments,
 )
-from .config import ModelConfig, cache_geometry, tiles_for
+from .config import PREFILL_KINDS, ModelConfig, prefill_geometry, tiles_for
 from .hc import hc_post, hc_pre
 from .indexer import head_weights, index_key
 from .norm import rms_norm, rms_normalize
@@ -50,7 +50,7 @@ from .o_proj import o_proj, o_proj_tp
 from .paging import page_rows, ring_rows, write_rows
 from .qkv import kv_proj, q_proj, rope_round
 
-KINDS = ("prefill_swa", "prefill_hca", "prefill_csa")
+KINDS = PREFILL_KINDS
 TOKEN_BLOCK = 256          # attention is evaluated in blocks of query tokens (memory only; rows are independent)
 F32_ZERO = np.float32(0.0)
 INDEXER_SCORE_CAP = 2048   # prefill indexer: compressed positions ≥ this are dropped (dsv4-math §5.3)
@@ -77,29 +77,9 @@ def chunk_config(cfg: ModelConfig, tokens: int) -> ModelConfig:
     return cfg.with_(seq=1, batch=tokens)
 
 
-# ---- geometry ---------------------------------------------------------------------------------------------------
-def geometry(kind: str, cfg: ModelConfig, tokens: int, start: int) -> dict[str, int]:
-    """Page counts of the request's caches (table widths; pools hold one spare page more) and the RoPE rows."""
-    _check_kind(kind)
-    if tokens <= 0 or start < 0:
-        raise ValueError(f"chunk: tokens must be positive and start non-negative, got {tokens} at {start}")
-    bs, end = cfg.block_size, start + cfg.tp * tokens
-    geo = cache_geometry(cfg.with_(seq=1))
-    out = {"kv_blocks": _ceil(end, bs), "rope_rows": _ceil(end, bs) * bs}
-    if kind == "prefill_hca":
-        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.hca_ratio), bs), "state_blocks": geo.hca_state_blocks}
-    if kind == "prefill_csa":
-        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.csa_ratio), bs), "state_blocks": geo.csa_state_blocks}
-    return out
-
-
-def _ceil(a: int, b: int) -> int:
-    return max(1, -(-a // b))
-
-
 def input_specs(kind: str, cfg: ModelConfig, tokens: int, start: int, rank_local: bool = False) -> dict:
     """name → (logical dtype, shape) of every prefill input (rank_local: the TP shards of wo_a / wo_b)."""
-    g = geometry(kind, cfg, tokens, start)
+    g = prefill_geometry(kind, cfg, tokens, start)
     pcfg = chunk_config(cfg, tokens)
     base = gi.input_specs(base_kind(kind), pcfg, rank_local)
     bs, hd, t = cfg.block_size, cfg.head_dim, tokens
@@ -144,7 +124,7 @@ _SHARED = ("hc_fn", "hc_scale", "hc_base", "norm_w", "wq_a", "wq_b", "wq_b_scale
 # ---- inputs -----------------------------------------------------------------------------------------------------
 def make_prefill_inputs(kind: str, cfg: ModelConfig, tokens: int, start: int, seed: int) -> list[dict]:
     """One input dict per rank (cfg.tp ranks) for a chunk of `tokens` tokens per rank at `start`."""
-    g = geometry(kind, cfg, tokens, start)
+    g = prefill_geometry(kind, cfg, tokens, start)
     base = base_kind(kind)
     weights = gi.layer_weights(base, cfg, seed)
     cos, sin = prefill_rope_tables(cfg, rope_profile(base), g["rope_rows"])
