@@ -47,7 +47,7 @@ from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
 from goldens import layers as gl
 from goldens import prefill as gp
-from goldens.tolerances import Comparison, compare_layer
+from goldens.tolerances import Comparison, compare_layer, prefill_flip_rows
 
 from .subblocks import subblock_checks
 
@@ -135,8 +135,10 @@ def compare_outputs(g: Graph, result: Any, golden: Any, inputs: Any = None) -> l
         else:
             written = [gi.written_rows(kind, cfg, {k: np.asarray(v) for k, v in d.items()}) for d in per_rank]
         written = written if isinstance(inputs, list) else written[0]
-    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], int(g.symbols.get("S") or 1),
-                         inputs, written)
+    rows = int(g.symbols.get("S") or 1)
+    if g.attributes["kind"] in gp.KINDS:
+        rows = prefill_flip_rows(int(g.symbols["T"]) * _ranks(g))
+    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], rows, inputs, written)
 
 
 INPUT_LIMIT_BYTES = 8 << 30  # golden inputs above this (all ranks together) are refused instead of allocated
