@@ -1,0 +1,109 @@
+"""prefill-swa / prefill-hca: the graph on the reference interpreter against the independent prefill golden
+(goldens/prefill.py), chunk T per rank ∈ {1, 7, 512, 1024, 2048}, TP1 and TP4, three seeds; planted faults the
+comparison must catch; the CLI's --chunk / --start."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runner
+from dspark_ir import interp, layers
+from goldens import config as gc
+from goldens import prefill as gp
+
+LAYERS = ("prefill-swa", "prefill-hca")
+SEEDS = (0, 1, 2)
+
+
+def _run(layer: str, tp: int, chunk: int, seed: int, start: int = 0):
+    g = layers.build(layer, "tiny", tp=tp, chunk=chunk, start=start)
+    inputs = runner.layer_inputs(g, seed)
+    golden = runner.golden_outputs(g, inputs)
+    result = interp.run(g, inputs)
+    return g, inputs, golden, runner.compare_outputs(g, result, golden, inputs)
+
+
+def _failed(comparisons) -> list[str]:
+    return [f"{c.name}: {c.detail}" for c in comparisons if not c.ok]
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("tp", (1, 4))
+@pytest.mark.parametrize("chunk,start", [(1, 0), (7, 0), (7, 13), (40, 21)])
+def test_small_chunks_match_the_golden(layer, tp, chunk, start):
+    for seed in SEEDS:
+        assert _failed(_run(layer, tp, chunk, seed, start)[3]) == [], (layer, tp, chunk, start, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("tp", (1, 4))
+@pytest.mark.parametrize("chunk", (512, 1024, 2048))
+def test_long_chunks_match_the_golden(layer, tp, chunk):
+    for seed in SEEDS:
+        assert _failed(_run(layer, tp, chunk, seed)[3]) == [], (layer, tp, chunk, seed)
+
+
+def test_hca_chunk_pools_every_boundary_and_attends_them():
+    """A TP4 chunk of 4·40 tokens closes 10 ratio-16 windows: every one is written (not only the first, as in
+    decode), and a wrong compressed row would move x_out (the comparison is not vacuous)."""
+    g, inputs, golden, comps = _run("prefill-hca", 4, 40, 0)
+    assert _failed(comps) == []
+    slots = np.concatenate([d["cmp_slot_mapping"] for d in inputs])
+    assert (slots >= 0).sum() == 160 // gc.TINY.hca_ratio
+    changed = np.any(golden[0]["cmp_kv"] != inputs[0]["cmp_kv"], axis=1)
+    assert changed.sum() == 10
+    bad = [dict(d, cmp_norm_w=2 * d["cmp_norm_w"]) for d in inputs]   # the compressed entries change …
+    moved = gp.run_prefill("prefill_hca", layers.graph_config(g), bad)
+    assert not np.array_equal(moved[3]["x_out"], golden[3]["x_out"])    # … and the queries attending them move
+
+
+def test_a_planted_window_fault_is_caught():
+    """The SWA window shifted by one row on the graph side fails the comparison."""
+    g = layers.build("prefill-swa", "tiny", tp=1, chunk=40, start=5)
+    inputs = runner.layer_inputs(g, 0)
+    golden = runner.golden_outputs(g, inputs)
+    shifted = dict(inputs, swa_indices=np.roll(inputs["swa_indices"], 1, axis=1))
+    result = interp.run(g, shifted)
+    assert _failed(runner.compare_outputs(g, result, golden, inputs))
+
+
+def test_prefill_compressor_pool_reads_history_from_the_state():
+    """A chunk starting inside a window (start 21, R 16): the first entry pools rows 16…20 from the state; a
+    graph run whose state history is zeroed differs from the golden."""
+    g = layers.build("prefill-hca", "tiny", tp=1, chunk=40, start=21)
+    inputs = runner.layer_inputs(g, 0)
+    golden = runner.golden_outputs(g, inputs)
+    wiped = dict(inputs, cmp_state=np.zeros_like(inputs["cmp_state"]))
+    result = interp.run(g, wiped)
+    failed = _failed(runner.compare_outputs(g, result, golden, inputs))
+    assert any(f.startswith("cmp_kv") for f in failed), failed
+
+
+def test_chunk_is_checked():
+    from dspark_ir.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="chunk"):
+        layers.build("prefill-swa", "tiny", chunk=0)
+    with pytest.raises(ConfigError, match="chunk"):
+        layers.build("prefill-hca", "tiny", chunk=8193)
+    with pytest.raises(ConfigError, match="start"):
+        layers.build("prefill-hca", "tiny", chunk=8, start=-1)
+
+
+def test_flash_graphs_build_at_the_range_ends():
+    for layer in LAYERS:
+        for tp in (1, 4):
+            for chunk in (1, 8192):
+                g = layers.build(layer, "flash", tp=tp, chunk=chunk)
+                assert g.symbols["T"] == chunk and layers.graph_config(g).tokens == chunk
+
+
+def test_cli_run_chunk(capsys):
+    from dspark_cli.main import main
+
+    assert main(["run", "prefill-hca", "--tp", "4", "--chunk", "7", "--start", "9", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ok: 4/4 outputs within tolerance (all 4 ranks)" in out
+    assert main(["run", "decode-swa", "--chunk", "7"]) != 0
+    assert "--chunk" in capsys.readouterr().err
