@@ -389,6 +389,12 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 PREFILL_KINDS = ("prefill_swa", "prefill_hca", "prefill_csa")
+PREFILL_INDEXER_SCORE_CAP = 2048   # prefill indexer: compressed positions ≥ this are dropped (dsv4-math §5.3)
+
+
+def prefill_score_len(cfg: ModelConfig, tokens: int, start: int) -> int:
+    """Width of the prefill indexer's score prefix: the chunk's last entry count, capped (≥ 1)."""
+    return max(1, min((start + cfg.tp * tokens) // cfg.csa_ratio, PREFILL_INDEXER_SCORE_CAP))
 
 
 # ---- prefill geometry ----------------------------------------------------------------------------------------
@@ -416,5 +422,5 @@ def _ceil(a: int, b: int) -> int:
 __all__ = [
     "ConfigError", "ModelConfig", "TileConfig", "CacheGeometry", "FLASH", "TINY", "FLASH_TILES", "TINY_TILES",
     "CONFIG_NAMES", "config_by_name", "layer_kinds", "tiles_for", "cache_geometry", "PREFILL_KINDS",
-    "prefill_geometry",
+    "PREFILL_INDEXER_SCORE_CAP", "prefill_geometry", "prefill_score_len",
 ]

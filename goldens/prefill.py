@@ -41,7 +41,7 @@ from .compressor import (
     state_rows,
     window_segments,
 )
-from .config import PREFILL_KINDS, ModelConfig, prefill_geometry, tiles_for
+from .config import PREFILL_INDEXER_SCORE_CAP, PREFILL_KINDS, ModelConfig, prefill_geometry, tiles_for
 from .hc import hc_post, hc_pre
 from .indexer import head_weights, index_key
 from .norm import rms_norm, rms_normalize
@@ -53,7 +53,6 @@ from .qkv import kv_proj, q_proj, rope_round
 KINDS = PREFILL_KINDS
 TOKEN_BLOCK = 256          # attention is evaluated in blocks of query tokens (memory only; rows are independent)
 F32_ZERO = np.float32(0.0)
-INDEXER_SCORE_CAP = 2048   # prefill indexer: compressed positions ≥ this are dropped (dsv4-math §5.3)
 
 _BUFFERS = {
     "prefill_swa": ("kv_cache",),
@@ -336,7 +335,7 @@ def prefill_indexer(cfg: ModelConfig, x_normed, positions, w: dict, per_rank: li
     qr, qr_scale = _qr(cfg, x_normed, w)
     q_i8, q_s = prefill_index_query(cfg, qr, qr_scale, w["idx_wq_b"], w["idx_wq_b_scale"], w["idx_hadamard"], c, s)
     weights = head_weights(cfg, x_normed, w["idx_weights_proj"])
-    visible = np.minimum((positions + 1) // cfg.csa_ratio, INDEXER_SCORE_CAP)
+    visible = np.minimum((positions + 1) // cfg.csa_ratio, PREFILL_INDEXER_SCORE_CAP)
     width = int(visible.max(initial=0))
     rows = page_rows(np.asarray(w["idx_block_table"]), np.arange(width)[None, :], cfg.block_size)[0]
     score = prefill_index_scores(q_i8, q_s, weights, cache[np.maximum(rows, 0)], scale[np.maximum(rows, 0)])

@@ -66,6 +66,7 @@ from dspark_ir.ops.indexer import (
     IdxQrRope,
     IdxScore,
     IdxTopk,
+    PrefillIdxTopk,
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
@@ -348,6 +349,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     IdxQQuant: _factor(6),
     IdxQrRope: _factor(6),
     IdxTopk: _factor(80),
+    PrefillIdxTopk: _factor(80),   # the sort network over the score prefix, as the decode top-k
     **dict.fromkeys((IdxQrDequant, IdxTopkBounded, IdxWeightsReduce, IdxTopkSelect), DEFAULTS),
     # sparse attention
     KvCacheWriteback: Rule(touched=_write_rows("kv_cache", "kv")),

@@ -75,7 +75,7 @@ from .builder import GraphBuilder
 from .csa import build_csa
 from .hca import build_hca
 from .moe import build_moe
-from .prefill import build_prefill_hca, build_prefill_swa
+from .prefill import build_prefill_csa, build_prefill_hca, build_prefill_swa
 from .swa import build_swa
 
 __all__ = [
@@ -218,3 +218,6 @@ register_layer("prefill-swa", build_prefill_swa,
 register_layer("prefill-hca", build_prefill_hca,
                "HCA prefill attention: the chunk's every ratio-R boundary pooled, window + compressed rows",
                "prefill_hca")
+register_layer("prefill-csa", build_prefill_csa,
+               "CSA prefill attention: both ratio-4 compressors over the chunk, prefill indexer, staged top-k",
+               "prefill_csa")
