@@ -1,4 +1,4 @@
-"""prefill-swa / prefill-hca: the graph on the reference interpreter against the independent prefill golden
+"""prefill-swa / prefill-hca / prefill-csa: the graph on the reference interpreter against the independent prefill golden
 (goldens/prefill.py), chunk T per rank ∈ {1, 7, 512, 1024, 2048}, TP1 and TP4, three seeds; planted faults the
 comparison must catch; the CLI's --chunk / --start."""
 from __future__ import annotations
@@ -11,12 +11,13 @@ from dspark_ir import interp, layers
 from goldens import config as gc
 from goldens import prefill as gp
 
-LAYERS = ("prefill-swa", "prefill-hca")
+LAYERS = ("prefill-swa", "prefill-hca", "prefill-csa")
+FULL_SORT = 4096     # a merge stage as wide as any tiny chunk's score prefix (the top-k merge rewrite's form)
 SEEDS = (0, 1, 2)
 
 
-def _run(layer: str, tp: int, chunk: int, seed: int, start: int = 0):
-    g = layers.build(layer, "tiny", tp=tp, chunk=chunk, start=start)
+def _run(layer: str, tp: int, chunk: int, seed: int, start: int = 0, **params):
+    g = layers.build(layer, "tiny", tp=tp, chunk=chunk, start=start, **params)
     inputs = runner.layer_inputs(g, seed)
     golden = runner.golden_outputs(g, inputs)
     result = interp.run(g, inputs)
@@ -40,8 +41,35 @@ def test_small_chunks_match_the_golden(layer, tp, chunk, start):
 @pytest.mark.parametrize("tp", (1, 4))
 @pytest.mark.parametrize("chunk", (512, 1024, 2048))
 def test_long_chunks_match_the_golden(layer, tp, chunk):
+    """prefill-csa with a top-k merge stage as wide as its prefix (what the merge-stage rewrite gives)."""
+    params = {"merge_block_len": FULL_SORT} if layer == "prefill-csa" else {}
     for seed in SEEDS:
-        assert _failed(_run(layer, tp, chunk, seed)[3]) == [], (layer, tp, chunk, seed)
+        assert _failed(_run(layer, tp, chunk, seed, **params)[3]) == [], (layer, tp, chunk, seed)
+
+
+@pytest.mark.slow
+def test_csa_topk_without_a_wide_merge_stage_picks_wrong_keys():
+    """TP4, 4·512 tokens: tokens see up to 512 entries; the seed's widest stage (256) leaves the prefix sorted
+    only in 256-blocks, the top-k takes wrong keys and x_out fails; a 1024 stage gives the right keys."""
+    g, inputs, golden, comps = _run("prefill-csa", 4, 512, 0)
+    assert any(c.name == "x_out" and not c.ok for c in comps)
+    assert _failed(_run("prefill-csa", 4, 512, 0, merge_block_len=1024)[3]) == []
+
+
+def test_prefill_topk_semantics_show_the_missing_merge_stage():
+    """The op's numpy semantics: a prefix of 300 entries, widest stage 256 → the best entries of 256…299 are never
+    taken; a 1024 stage gives the true top-k (what the golden's full sort gives)."""
+    from dspark_ir.semantics.indexer import prefill_idx_topk
+
+    rng = np.random.default_rng(0)
+    score = rng.standard_normal((1, 300)).astype(np.float32)
+    score[0, 280] = 100.0                       # the best key lies past the first 256-block
+    args = (score, np.array([1199], np.int32), np.array([1200], np.int32))
+    attrs = dict(k=16, ratio=4, seq=1, score_len=300)
+    seed = prefill_idx_topk(*args, merge_block_len=256, **attrs)[0]
+    fixed = prefill_idx_topk(*args, merge_block_len=1024, **attrs)[0]
+    assert 280 not in seed and fixed[0] == 280
+    assert list(fixed) == list(gp.full_sort_topk(score, np.array([300]), 16)[0])
 
 
 def test_hca_chunk_pools_every_boundary_and_attends_them():
@@ -81,7 +109,7 @@ def test_prefill_compressor_pool_reads_history_from_the_state():
 
 
 def test_chunk_is_checked():
-    from dspark_ir.errors import ConfigError
+    from dspark_ir.errors import ConfigError, DsparkError
 
     with pytest.raises(ConfigError, match="chunk"):
         layers.build("prefill-swa", "tiny", chunk=0)
@@ -89,6 +117,8 @@ def test_chunk_is_checked():
         layers.build("prefill-hca", "tiny", chunk=8193)
     with pytest.raises(ConfigError, match="start"):
         layers.build("prefill-hca", "tiny", chunk=8, start=-1)
+    with pytest.raises(DsparkError, match="merge_block_len"):
+        layers.build("prefill-csa", "tiny", chunk=8, merge_block_len=300)
 
 
 def test_flash_graphs_build_at_the_range_ends():
