@@ -45,7 +45,7 @@ from .config import PREFILL_INDEXER_SCORE_CAP, PREFILL_KINDS, ModelConfig, prefi
 from .hc import hc_post, hc_pre
 from .indexer import head_weights, index_key
 from .norm import rms_norm, rms_normalize
-from .numerics import FP32_NEG_INF, deq, f32, imatmul, matmul, q8, rb, rope_inv_freq, rope_profile, rope_half
+from .numerics import FP32_NEG_INF, deq, f32, imatmul, matmul, q8, rb, rope_half, rope_inv_freq, rope_profile
 from .o_proj import o_proj, o_proj_tp
 from .paging import page_rows, ring_rows, write_rows
 from .qkv import kv_proj, q_proj, rope_round

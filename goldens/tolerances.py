@@ -72,8 +72,8 @@ TOLERANCES: dict[str, Tolerance] = {
     "x_out_prefill_csa": Tolerance("rows_channels", {"diff": 1.5e-2, "row_max": 0.04},
                                    "ours: the prefill golden compacts each token's valid rows before tiling "
                                    "(dsv4-math §6.2), the graph tiles window | top-k as decode; the bf16(P) groups "
-                                   "differ where a window is not yet full (pos < W − 1; bitwise past it) and the int8 O "
-                                   "projection amplifies it (tiny: ≤ 1.51e-2 in the allowed rows, 30 runs)"),
+                                   "differ where a window is not yet full (pos < W − 1; bitwise past it) and the "
+                                   "int8 O projection amplifies it (tiny: ≤ 1.51e-2 in the allowed rows, 30 runs)"),
     "kv_cache": Tolerance("rows_allclose", {"atol": 1e-4, "rtol": 1 / 128, "row_max": 1 / 64},
                           "dsv4-math §3: kv allclose(1e-4, 1/128) = 1 bf16 ulp at every written point but the "
                           "≤ S rows an upstream flip moves (docstring)"),

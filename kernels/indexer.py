@@ -10,10 +10,10 @@ from dspark_ir.ops.indexer import (
     IdxQrRope,
     IdxScore,
     IdxTopk,
-    PrefillIdxTopk,
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
+    PrefillIdxTopk,
 )
 
 from .cube import pto_split_bounds

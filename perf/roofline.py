@@ -66,10 +66,10 @@ from dspark_ir.ops.indexer import (
     IdxQrRope,
     IdxScore,
     IdxTopk,
-    PrefillIdxTopk,
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
+    PrefillIdxTopk,
 )
 from dspark_ir.ops.moe import (
     Combine,

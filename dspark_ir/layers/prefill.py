@@ -25,8 +25,17 @@ from ..dims import ceildiv
 from ..errors import ConfigError
 from ..graph import Value
 from .builder import GraphBuilder
-from .common import AttnParams, attention_params, attention_prefix, attn_norm, cp_gather, hc_post, hc_pre, o_proj
-from .common import qkv_proj_rope
+from .common import (
+    AttnParams,
+    attention_params,
+    attention_prefix,
+    attn_norm,
+    cp_gather,
+    hc_post,
+    hc_pre,
+    o_proj,
+    qkv_proj_rope,
+)
 from .csa import live_qk_blocks
 from .swa import swa_layer
 

@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from ..dims import ceildiv
 from .builder import GraphBuilder
-from .common import AttnParams, attention_params, attention_prefix, attn_norm, cp_gather, hc_post, hc_pre, o_proj, qkv_proj_rope
+from .common import (
+    AttnParams,
+    attention_params,
+    attention_prefix,
+    attn_norm,
+    cp_gather,
+    hc_post,
+    hc_pre,
+    o_proj,
+    qkv_proj_rope,
+)
 
 
 def build_swa(b: GraphBuilder) -> None:

@@ -1,5 +1,5 @@
-"""prefill-swa / prefill-hca / prefill-csa: the graph on the reference interpreter against the independent prefill golden
-(goldens/prefill.py), chunk T per rank ∈ {1, 7, 512, 1024, 2048}, TP1 and TP4, three seeds; planted faults the
+"""prefill-swa / prefill-hca / prefill-csa: the graph on the reference interpreter against the independent prefill
+golden (goldens/prefill.py), chunk T per rank ∈ {1, 7, 512, 1024, 2048}, TP1 and TP4, three seeds; planted faults the
 comparison must catch; the CLI's --chunk / --start."""
 from __future__ import annotations
 
