@@ -137,3 +137,21 @@ def test_cli_run_chunk(capsys):
     assert "ok: 4/4 outputs within tolerance (all 4 ranks)" in out
     assert main(["run", "decode-swa", "--chunk", "7"]) != 0
     assert "--chunk" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("tp", (1, 4))
+def test_default_pipeline_fires_or_skips_and_keeps_the_numbers(layer, tp):
+    """Every pass of the default pipeline either rewrites with its contract holding or skips with a reason (pass
+    statistics); the optimised graph still matches the golden. Chunk 8: T % 4 == 0, so split-writeback-bias fires
+    on prefill-swa."""
+    from passes import PassContext, run_pipeline
+
+    g = layers.build(layer, "tiny", tp=tp, chunk=8, start=9)
+    inputs = runner.layer_inputs(g, 0)
+    golden = runner.golden_outputs(g, inputs)
+    result = run_pipeline(g, ctx=PassContext(use_env=False))
+    out = result.graph
+    assert _failed(runner.compare_outputs(out, interp.run(out, inputs), golden, inputs)) == []
+    if layer == "prefill-swa":
+        assert "swa.swa_cache_insert_valid_bias" not in out.nodes    # split into write-back + valid bias
