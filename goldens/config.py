@@ -393,8 +393,10 @@ PREFILL_INDEXER_SCORE_CAP = 2048   # prefill indexer: compressed positions ≥ t
 
 
 def prefill_score_len(cfg: ModelConfig, tokens: int, start: int) -> int:
-    """Width of the prefill indexer's score prefix: the chunk's last entry count, capped (≥ 1)."""
-    return max(1, min((start + cfg.tp * tokens) // cfg.csa_ratio, PREFILL_INDEXER_SCORE_CAP))
+    """Width of the prefill indexer's score prefix: the request's compressed-entry pages (≥ the chunk's last entry
+    count: the indexer kernels read whole pages), capped at PREFILL_INDEXER_SCORE_CAP."""
+    pages = prefill_geometry("prefill_csa", cfg, tokens, start)["cmp_blocks"]
+    return min(pages * cfg.block_size, PREFILL_INDEXER_SCORE_CAP)
 
 
 # ---- prefill geometry ----------------------------------------------------------------------------------------
