@@ -137,7 +137,7 @@ def compare_outputs(g: Graph, result: Any, golden: Any, inputs: Any = None) -> l
         written = written if isinstance(inputs, list) else written[0]
     rows = int(g.symbols.get("S") or 1)
     if g.attributes["kind"] in gp.KINDS:
-        rows = prefill_flip_rows(int(g.symbols["T"]) * _ranks(g))
+        rows = prefill_flip_rows(int(g.symbols["T"]) * _ranks(g), layers.graph_config(g).window)
     return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], rows, inputs, written)
 
 
