@@ -24,6 +24,11 @@ def add_layer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (1 or 4; default: the config's)")
     p.add_argument("--batch", type=int, default=None, help="decode requests per rank (default: the config's)")
     p.add_argument("--seq", type=int, default=None, help="tokens per request S (default: the config's)")
+    p.add_argument("--chunk", type=int, default=None, metavar="T",
+                   help="prefill layers: tokens per rank of the prompt chunk (1 … 8192; default 512); at TP > 1 the "
+                        "request's chunk is tp·T tokens, context-parallel")
+    p.add_argument("--start", type=int, default=None,
+                   help="prefill layers: the chunk's first position (earlier chunks in the caches; default 0)")
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:
@@ -157,8 +162,15 @@ def load_graph(args: argparse.Namespace) -> Graph:
     from dspark_ir import layers
 
     ep = getattr(args, "ep", None)
+    params = {} if ep is None else {"ep": ep}
+    for name in ("chunk", "start"):
+        value = getattr(args, name, None)
+        if value is not None:
+            if name not in layers.layer_params(target):
+                raise UsageError(f"applies to the prefill layers only, not '{target}'", f"--{name}")
+            params[name] = value
     return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
-                        seq=getattr(args, "seq", None), **({} if ep is None else {"ep": ep}))
+                        seq=getattr(args, "seq", None), **params)
 
 
 NO_PASSES = "none (the graph as given; -p default runs the default pipeline)"

@@ -388,7 +388,41 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+PREFILL_KINDS = ("prefill_swa", "prefill_hca", "prefill_csa")
+PREFILL_INDEXER_SCORE_CAP = 2048   # prefill indexer: compressed positions ≥ this are dropped (dsv4-math §5.3)
+
+
+def prefill_score_len(cfg: ModelConfig, tokens: int, start: int) -> int:
+    """Width of the prefill indexer's score prefix: the request's compressed-entry pages (≥ the chunk's last entry
+    count: the indexer kernels read whole pages), capped at PREFILL_INDEXER_SCORE_CAP."""
+    pages = prefill_geometry("prefill_csa", cfg, tokens, start)["cmp_blocks"]
+    return min(pages * cfg.block_size, PREFILL_INDEXER_SCORE_CAP)
+
+
+# ---- prefill geometry ----------------------------------------------------------------------------------------
+def prefill_geometry(kind: str, cfg: ModelConfig, tokens: int, start: int) -> dict[str, int]:
+    """One request's chunk of tp·tokens prompt tokens at `start` (goldens/prefill.py): page counts of its caches
+    (table widths; the pools hold one spare page more), the compressor state ring pages and the RoPE table rows."""
+    if kind not in PREFILL_KINDS:
+        raise ConfigError(f"kind: unknown prefill kind {kind!r} (known: {', '.join(PREFILL_KINDS)})")
+    if tokens <= 0 or start < 0:
+        raise ConfigError(f"chunk: tokens must be positive and start non-negative, got {tokens} at {start}")
+    bs, end = cfg.block_size, start + cfg.tp * tokens
+    geo = cache_geometry(cfg.with_(seq=1))
+    out = {"kv_blocks": _ceil(end, bs), "rope_rows": _ceil(end, bs) * bs}
+    if kind == "prefill_hca":
+        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.hca_ratio), bs), "state_blocks": geo.hca_state_blocks}
+    if kind == "prefill_csa":
+        out |= {"cmp_blocks": _ceil(_ceil(end, cfg.csa_ratio), bs), "state_blocks": geo.csa_state_blocks}
+    return out
+
+
+def _ceil(a: int, b: int) -> int:
+    return max(1, -(-a // b))
+
+
 __all__ = [
     "ConfigError", "ModelConfig", "TileConfig", "CacheGeometry", "FLASH", "TINY", "FLASH_TILES", "TINY_TILES",
-    "CONFIG_NAMES", "config_by_name", "layer_kinds", "tiles_for", "cache_geometry",
+    "CONFIG_NAMES", "config_by_name", "layer_kinds", "tiles_for", "cache_geometry", "PREFILL_KINDS",
+    "PREFILL_INDEXER_SCORE_CAP", "prefill_geometry", "prefill_score_len",
 ]

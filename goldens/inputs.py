@@ -304,6 +304,17 @@ def rank_count(kind: str, cfg: ModelConfig) -> int:
     return cfg.ep if kind in MOE_KINDS else cfg.tp
 
 
+def layer_weights(kind: str, cfg: ModelConfig, seed: int, regime: str = "default") -> dict[str, np.ndarray]:
+    """The full (unsharded) weights `make_inputs` gives layer `kind` (the prefill inputs reuse them)."""
+    _check_regime(kind, regime)
+    return _weights(kind, cfg, seed, regime)
+
+
+def shard_weights(kind: str, cfg: ModelConfig, weights: dict, rank: int) -> dict[str, np.ndarray]:
+    """Rank `rank`'s view of `weights`: O groups (TP) or experts (EP) sliced, the rest replicated."""
+    return _shard(kind, cfg, weights, rank)
+
+
 def _rng(seed: int, kind: str, *stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, KINDS.index(kind), *stream])
 

@@ -32,6 +32,8 @@ from dspark_ir.ops.compressor import (
     CmpRmsnormRopeCacheWrite,
     CmpScatterSoftmaxPool,
     IdxKvCacheWrite,
+    PrefillCmpFinishWrite,
+    PrefillCmpPool,
     RopeGatherRows,
     RopeInterleave,
     RopeSwapIdx,
@@ -39,7 +41,7 @@ from dspark_ir.ops.compressor import (
 
 from .cube import pto_cube_shapes_spread
 from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
-from .registry import template
+from .registry import template, unsupported
 from .vector import (
     PTO_NEG_INF,
     PtoBlock,
@@ -969,3 +971,12 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
 
         _pto_store_rows(src, spec, "valid" if blk.partial else str(blk.rows), blk.r0, pos, slots, store)
     return src.text()
+
+
+# The prefill compressor (every boundary of a chunk pools its entry) has no pypto form yet: a chunk's windows mix
+# rows of the chunk and rows of the ring state as received, which the decode pool's one-entry-per-request loop
+# does not cover. The prefill-hca/csa layers therefore run on the numpy backends only (say so, not crash).
+unsupported(PrefillCmpPool, "no pypto template yet for the prefill pool (every boundary of the chunk pools its "
+                            "entry from the chunk's rows and the state as received); numpy backends only")
+unsupported(PrefillCmpFinishWrite, "no pypto template yet for the prefill finish (per-token RoPE rows at each "
+                                   "entry's first position, store of every boundary's entry); numpy backends only")

@@ -8,6 +8,8 @@ layer's `x_out` feeding the next layer's `x_hc`. Weights and caches are per laye
 are shared graph parameters. Layer-specific cache extents (CMP, STATE, NL) are folded to constants so
 the layers' symbols do not clash; T, B, S and KV stay symbols.
 `repeat=2` chains the layer sequence twice (the "doubled graph" of the compile-speed scaling check).
+`prefill=T` builds the prefill step instead: the prefill attention layers (prefill-swa/csa/hca, a chunk of T
+tokens per rank at position 0) and the MoE sublayer on the chunk's T tokens (batch T, seq 1).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ STEP_INPUTS = frozenset({
     "idx_slot_mapping", "idx_cmp_state_block_table", "input_ids", "tid2eid",
 })
 _KIND_LAYER = {"swa": "decode-swa", "csa": "decode-csa", "hca": "decode-hca"}
+_PREFILL_LAYER = {"swa": "prefill-swa", "csa": "prefill-csa", "hca": "prefill-hca"}
 
 
 def _fold(value: Any, env: Mapping[str, int]) -> Any:
@@ -70,8 +73,8 @@ def splice_layer(model: Graph, g: Graph, prefix: str, x_in: Value | None, shared
 
 
 def model_graph(config: str = "flash", *, tp: int | None = None, batch: int | None = None, seq: int | None = None,
-                layers: int | None = None, moe: bool = True, repeat: int = 1) -> Graph:
-    """The decode step of `config` as one graph (see the module docstring)."""
+                layers: int | None = None, moe: bool = True, repeat: int = 1, prefill: int | None = None) -> Graph:
+    """The decode step (or with `prefill` = T, the prefill step) of `config` as one graph (module docstring)."""
     from dspark_ir import layers as L
     from goldens.config import config_by_name, layer_kinds
 
@@ -79,22 +82,29 @@ def model_graph(config: str = "flash", *, tp: int | None = None, batch: int | No
     kinds = list(layer_kinds(cfg))[:layers] * max(1, repeat)
     built: dict[tuple, Graph] = {}
 
+    names = _KIND_LAYER
+    if prefill is not None:
+        names, batch, seq = _PREFILL_LAYER, prefill, 1
+
     def layer(name: str, **kw) -> Graph:
+        if prefill is not None and name.startswith("prefill-"):
+            kw["chunk"] = prefill
         key = (name, tuple(sorted(kw.items())))
         if key not in built:
             built[key] = L.build(name, config=config, tp=tp, batch=batch, seq=seq, **kw)
         return built[key]
 
-    first = layer(_KIND_LAYER[kinds[0]])
+    first = layer(names[kinds[0]])
     symbols = {k: v for k, v in first.symbols.items() if k in SHARED_SYMBOLS}
     attrs = {k: v for k, v in first.attributes.items() if k in ("config", "tp", "ranks")}
     if moe:   # one die runs TP attention and EP MoE: signal windows have a cell per EP rank
         attrs["ranks"] = max(int(attrs.get("ranks", 1)), int(layer("moe", layer_id=0).attributes.get("ranks", 1)))
-    model = Graph(f"{config}_decode_step", symbols, {**attrs, "layer": "model", "layers": len(kinds)})
+    step = "decode" if prefill is None else "prefill"
+    model = Graph(f"{config}_{step}_step", symbols, {**attrs, "layer": "model", "layers": len(kinds)})
     shared: dict[str, Value] = {}
     x: Value | None = None
     for i, kind in enumerate(kinds):
-        x = splice_layer(model, layer(_KIND_LAYER[kind]), f"L{i}.", x, shared)
+        x = splice_layer(model, layer(names[kind]), f"L{i}.", x, shared)
         if moe:
             x = splice_layer(model, layer("moe", layer_id=i % len(layer_kinds(cfg))), f"L{i}.moe.", x, shared)
     model.returns.insert(0, x)

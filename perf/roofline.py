@@ -61,6 +61,8 @@ from dspark_ir.ops.compressor import (
     CmpRmsnormRopeCacheWrite,
     CmpScatterSoftmaxPool,
     IdxKvCacheWrite,
+    PrefillCmpFinishWrite,
+    PrefillCmpPool,
     RopeGatherRows,
     RopeInterleave,
     RopeSwapIdx,
@@ -77,6 +79,7 @@ from dspark_ir.ops.indexer import (
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
+    PrefillIdxTopk,
 )
 from dspark_ir.ops.moe import (
     Combine,
@@ -183,6 +186,17 @@ def _write_rows(cache: str, src: str, rows_of: Callable[[Task], int] | None = No
         rows = rows_of(t) if rows_of else s.shape[0]
         return {cache: float(rows * row)}
     return rule
+
+
+def _boundaries(t: Task) -> int:
+    """Rows a prefill compressor finish stores: one per ratio tokens of the chunk (at least one)."""
+    pooled = arg(t, "pooled")
+    return max(1, -(-pooled.shape[0] // int(t.attrs.get("ratio", 1)))) if pooled is not None else 1
+
+
+def _rope_rows(t: Task) -> float:
+    cos = arg(t, "rope_cos")
+    return float(_boundaries(t) * cos.shape[-1] * ITEMSIZE.get(cos.dtype, 2)) if cos is not None else 0.0
 
 
 def _requests(t: Task) -> int:
@@ -338,6 +352,10 @@ ROOFLINE: dict[type[OpDef], Rule] = {
                                          False)),
     CmpScatterSoftmaxPool: Rule(touched=_state_rows),
     CmpRmsnormRopeCacheWrite: Rule(touched=_write_rows("cmp_kv", "pooled")),
+    PrefillCmpPool: Rule(touched=_state_rows),
+    # every token's pooled row is read; only the chunk's boundaries (1 in r) are written, with their RoPE rows
+    PrefillCmpFinishWrite: Rule(touched=lambda t: {**_write_rows("cmp_kv", "pooled", _boundaries)(t),
+                                                   "rope_cos": _rope_rows(t), "rope_sin": _rope_rows(t)}),
     CmpKvHadamard: Rule(cube=lambda t: (_mm(arg(t, "y").shape[0], arg(t, "y").shape[1], arg(t, "hadamard").shape[1]),
                                         False)),
     IdxKvCacheWrite: Rule(touched=lambda t: {**_write_rows("idx_kv_cache", "k")(t),
@@ -354,6 +372,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     IdxQQuant: _factor(6),
     IdxQrRope: _factor(6),
     IdxTopk: _factor(80),
+    PrefillIdxTopk: _factor(80),   # the sort network over the score prefix, as the decode top-k
     **dict.fromkeys((IdxQrDequant, IdxTopkBounded, IdxWeightsReduce, IdxTopkSelect), DEFAULTS),
     # sparse attention
     KvCacheWriteback: Rule(touched=_write_rows("kv_cache", "kv")),

@@ -46,7 +46,8 @@ from dspark_ir.sample import sample_inputs as random_inputs
 from dspark_ir.semantics.dtypes import NP_DTYPES
 from goldens import inputs as gi
 from goldens import layers as gl
-from goldens.tolerances import Comparison, compare_layer
+from goldens import prefill as gp
+from goldens.tolerances import Comparison, compare_layer, prefill_flip_rows
 
 from .subblocks import subblock_checks
 
@@ -62,7 +63,11 @@ def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
     _check_input_size(g)
     regime = _regime_within_context(g, cfg, kind, regime)
     try:
-        if _ranks(g) > 1:
+        if kind in gp.KINDS:
+            _check_prefill_regime(regime)
+            per_rank = gp.make_prefill_inputs(kind, cfg, int(g.symbols["T"]), int(g.attributes.get("start", 0)),
+                                              seed)
+        elif _ranks(g) > 1:
             per_rank = gi.make_rank_inputs(kind, cfg, seed, regime=regime)
         else:
             per_rank = [gi.make_inputs(kind, cfg, seed, regime=regime)]
@@ -72,9 +77,19 @@ def layer_inputs(g: Graph, seed: int, regime: str = "default") -> Any:
     return typed if _ranks(g) > 1 else typed[0]
 
 
+PREFILL_REGIMES = ("default",)   # a prefill chunk's inputs are set by its layer parameters (chunk, start)
+
+
 def regimes(name: str) -> tuple[str, ...]:
-    """The input regimes of a layer (goldens.inputs.regimes_for)."""
-    return tuple(gi.regimes_for(layers.layer_spec(name).golden))
+    """The input regimes of a layer (goldens.inputs.regimes_for; prefill layers: only "default")."""
+    kind = layers.layer_spec(name).golden
+    return PREFILL_REGIMES if kind in gp.KINDS else tuple(gi.regimes_for(kind))
+
+
+def _check_prefill_regime(regime: str) -> None:
+    if regime not in PREFILL_REGIMES:
+        raise ValueError(f"regime: a prefill layer has only the default regime (chunk and start set its inputs), "
+                         f"got {regime!r}")
 
 
 def sample_inputs(g: Graph, seed: int = 0) -> Any:
@@ -89,6 +104,9 @@ def golden_outputs(g: Graph, inputs: Any) -> Any:
     """The golden layer on `inputs`: golden-output-name → array (a list of dicts, one per rank)."""
     cfg = layers.graph_config(g)
     kind = g.attributes["kind"]
+    if kind in gp.KINDS:
+        outs = gp.run_prefill(kind, cfg, [dict(d) for d in (inputs if isinstance(inputs, list) else [inputs])])
+        return outs if _ranks(g) > 1 else outs[0]
     if _ranks(g) > 1:
         return gl.run_layer_ranks(kind, cfg, [dict(d) for d in inputs])
     return gl.run_layer(kind, cfg, dict(inputs))
@@ -112,10 +130,15 @@ def compare_outputs(g: Graph, result: Any, golden: Any, inputs: Any = None) -> l
     if inputs is not None:
         cfg, kind = layers.graph_config(g), g.attributes["kind"]
         per_rank = inputs if isinstance(inputs, list) else [inputs]
-        written = [gi.written_rows(kind, cfg, {k: np.asarray(v) for k, v in d.items()}) for d in per_rank]
+        if kind in gp.KINDS:
+            written = gp.written_rows(kind, cfg, [{k: np.asarray(v) for k, v in d.items()} for d in per_rank])
+        else:
+            written = [gi.written_rows(kind, cfg, {k: np.asarray(v) for k, v in d.items()}) for d in per_rank]
         written = written if isinstance(inputs, list) else written[0]
-    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], int(g.symbols.get("S") or 1),
-                         inputs, written)
+    rows = int(g.symbols.get("S") or 1)
+    if g.attributes["kind"] in gp.KINDS:
+        rows = prefill_flip_rows(int(g.symbols["T"]) * _ranks(g), layers.graph_config(g).window)
+    return compare_layer(graph_outputs(g, result), golden, g.attributes["layer"], rows, inputs, written)
 
 
 INPUT_LIMIT_BYTES = 8 << 30  # golden inputs above this (all ranks together) are refused instead of allocated

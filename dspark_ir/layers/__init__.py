@@ -75,6 +75,7 @@ from .builder import GraphBuilder
 from .csa import build_csa
 from .hca import build_hca
 from .moe import build_moe
+from .prefill import build_prefill_csa, build_prefill_hca, build_prefill_swa
 from .swa import build_swa
 
 __all__ = [
@@ -211,3 +212,12 @@ register_layer("decode-hca", build_hca,
                "HCA decode attention (ratio 128/16): compressor, window + all compressed rows", "hca")
 register_layer("moe", build_moe,
                "MoE sublayer: hc_pre, gate/route, shared + routed experts, dispatch/combine, hc_post", "moe")
+register_layer("prefill-swa", build_prefill_swa,
+               "SWA prefill attention: one request's chunk (T = chunk per rank, context-parallel at TP > 1)",
+               "prefill_swa")
+register_layer("prefill-hca", build_prefill_hca,
+               "HCA prefill attention: the chunk's every ratio-R boundary pooled, window + compressed rows",
+               "prefill_hca")
+register_layer("prefill-csa", build_prefill_csa,
+               "CSA prefill attention: both ratio-4 compressors over the chunk, prefill indexer, staged top-k",
+               "prefill_csa")

@@ -72,12 +72,19 @@ class AttnParams:
     swa_lens: Value
 
 
-def attention_params(b: GraphBuilder) -> AttnParams:
-    """Declare the common attention inputs. `kv_cache` is inout with `KV` rows (bound symbol)."""
+def attention_params(b: GraphBuilder, prefill: dict[str, int] | None = None) -> AttnParams:
+    """Declare the common attention inputs. `kv_cache` is inout with `KV` rows (bound symbol). `prefill`: the
+    prefill geometry (goldens.config.prefill_geometry) of one request's chunk: RoPE tables of its `rope_rows`,
+    one kv_seq_len, a [1, kv_blocks] table and a pool of kv_blocks + 1 pages."""
     c, geo = b.cfg, b.geo
     T, D, H, HD = b.T, c.hidden, c.heads, c.head_dim
     groups = c.local_o_groups if b.tp > 1 else c.o_groups
-    kv_rows = b.bind("KV", geo.rows(geo.kv_blocks))
+    requests, kv_blocks, rope_rows = b.B, geo.kv_blocks, c.max_pos
+    if prefill is None:
+        kv_rows = b.bind("KV", geo.rows(geo.kv_blocks))
+    else:
+        requests, kv_blocks, rope_rows = 1, prefill["kv_blocks"], b.bind("P", prefill["rope_rows"])
+        kv_rows = b.bind("KV", (kv_blocks + 1) * c.block_size)
     p = b.param
     return AttnParams(
         x_hc=p("x_hc", "f32", [T, c.hc_mult, D]),
@@ -95,12 +102,12 @@ def attention_params(b: GraphBuilder) -> AttnParams:
         wo_a=p("wo_a", "bf16", [groups, c.o_lora, c.heads_per_group * HD]),
         wo_b=p("wo_b", "i8", [D, groups * c.o_lora]),
         wo_b_scale=p("wo_b_scale", "f32", [D]),
-        rope_cos=p("rope_cos", "bf16", [c.max_pos, c.rope_dim]),
-        rope_sin=p("rope_sin", "bf16", [c.max_pos, c.rope_dim]),
+        rope_cos=p("rope_cos", "bf16", [rope_rows, c.rope_dim]),
+        rope_sin=p("rope_sin", "bf16", [rope_rows, c.rope_dim]),
         positions=p("positions", "i32", [T]),
-        kv_seq_len=p("kv_seq_len", "i32", [b.B]),
+        kv_seq_len=p("kv_seq_len", "i32", [requests]),
         kv_cache=p("kv_cache", "bf16", [kv_rows, HD], inout=True),
-        kv_block_table=p("kv_block_table", "i32", [b.B, geo.kv_blocks]),
+        kv_block_table=p("kv_block_table", "i32", [requests, kv_blocks]),
         swa_slot_mapping=p("swa_slot_mapping", "i32", [T]),
         swa_indices=p("swa_indices", "i32", [T, c.window]),
         swa_lens=p("swa_lens", "i32", [T]),

@@ -14,13 +14,28 @@ from __future__ import annotations
 
 from ..dims import ceildiv
 from .builder import GraphBuilder
-from .common import attention_params, attention_prefix, attn_norm, cp_gather, hc_post, hc_pre, o_proj, qkv_proj_rope
+from .common import (
+    AttnParams,
+    attention_params,
+    attention_prefix,
+    attn_norm,
+    cp_gather,
+    hc_post,
+    hc_pre,
+    o_proj,
+    qkv_proj_rope,
+)
 
 
 def build_swa(b: GraphBuilder) -> None:
+    swa_layer(b, attention_params(b))
+
+
+def swa_layer(b: GraphBuilder, p: AttnParams, own_rows: bool = True) -> None:
+    """The layer on declared params. `own_rows`: at TP > 1, mask the other ranks' gathered slots to −1 (decode:
+    every rank owns its requests); prefill-swa's context-parallel ranks share one request and write every row."""
     c, t = b.cfg, b.tiles
     T = b.T
-    p = attention_params(b)
     if b.tp == 1:
         pre, _x_normed, _late, qkv = attention_prefix(b, p)
         slots = p.swa_slot_mapping
@@ -35,7 +50,9 @@ def build_swa(b: GraphBuilder) -> None:
         anchor = b.graph.nodes["hc.hc_pre_rms"].result
         pos_group = cp_gather(b, p.positions, "cp.positions_allgather", after=anchor)
         slots_group = cp_gather(b, p.swa_slot_mapping, "cp.slot_mapping_allgather", after=pos_group)
-        slots = b.op("cp_own_rows", slots_group, name="cp.slot_mapping_own_rows", tp=b.tp, fill=-1)
+        slots = slots_group
+        if own_rows:
+            slots = b.op("cp_own_rows", slots_group, name="cp.slot_mapping_own_rows", tp=b.tp, fill=-1)
         x_normed, late = attn_norm(b, pre.x_mixed, p.norm_w)
         x_group = cp_gather(b, x_normed, "cp.x_normed_allgather", after=slots)   # one collective order per rank
         qkv = qkv_proj_rope(b, x_normed, late, p.wq_a, p.gamma_cq, p.wq_b, p.wq_b_scale, p.wkv, p.gamma_ckv,

@@ -298,3 +298,78 @@ class IdxKvCacheWrite(_CmpOp):
 
     def tile_axes(self, ins, outs, attrs):
         return [("requests", ins[0].shape[0])]
+
+
+# ---- prefill ------------------------------------------------------------------------------------------------
+@register_op
+class PrefillCmpPool(_CmpOp):
+    """The prefill pool of one request's chunk: every token closing a window pools its entry (rows in the chunk
+    from its own [kv | score + ape[pos % r]], earlier rows from the state as received), then every token's row is
+    written into the ring state (in place) → (state, pooled f32 [T, HD], 0 for tokens closing no window)
+    (upstream prefill_compressor_ratio4/128: scatter the tile's rows, pool every boundary in it)."""
+    name = "prefill_cmp_pool"
+    operands = ("kv", "score", "ape", "state", "state_block_table", "positions")
+    results = ("state", "pooled")
+    aliases = {0: 3}
+    attrs = {
+        "ratio": Attr("int", REQUIRED),
+        "head_dim": Attr("int", REQUIRED),
+        "overlap": Attr("bool", REQUIRED),
+        "block_size": Attr("int", REQUIRED),
+    }
+    reference = numpy_reference("compressor", "prefill_cmp_pool")
+
+    def infer(self, ins, attrs):
+        kv, score, ape, state, table, pos = ins
+        _positive(attrs, "ratio", "head_dim", "block_size")
+        out = (2 if attrs["overlap"] else 1) * attrs["head_dim"]
+        for name, t in (("kv", kv), ("score", score)):
+            expect(t.rank == 2 and t.dtype == F32, f"{name} must be f32[T, OUT], got {t}")
+            expect(t.shape[1].value() in (None, out), f"{name} width {t.shape[1]} must be OUT = {out}")
+        expect(kv.shape == score.shape, f"kv {kv} and score {score} differ")
+        expect(ape.rank == 2 and ape.dtype == F32, f"ape must be f32[ratio, OUT], got {ape}")
+        expect(ape.shape[0].value() in (None, attrs["ratio"]), f"ape rows {ape.shape[0]} must be the ratio")
+        expect_same_dim(ape.shape[1], kv.shape[1], "ape width vs OUT")
+        expect(state.rank == 2 and state.dtype == F32, f"state must be f32[rows, 2·OUT], got {state}")
+        expect(state.shape[1].value() in (None, 2 * out), f"state width {state.shape[1]} must be 2·OUT = {2 * out}")
+        expect_table(table, "state_block_table")
+        expect(table.shape[0].value() in (None, 1), f"state_block_table must have one request row, got {table}")
+        expect_index_vector(pos, "positions", kv.shape[0])
+        return [state, TensorType(F32, (kv.shape[0], D.Const(attrs["head_dim"])))]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("m", ins[0].shape[0])]
+
+
+@register_op
+class PrefillCmpFinishWrite(_CmpOp):
+    """rb(y) of every token closing a window stored at slot_mapping[token] (in place on cmp_kv; −1 skipped),
+    y = rmsnorm(pooled)·norm_w with RoPE at the entry's first position pos + 1 − r, read from the [P, rope_dim]
+    tables (upstream prefill compressors' rmsnorm_rope_cache_write)."""
+    name = "prefill_cmp_finish_write"
+    operands = ("pooled", "norm_w", "rope_cos", "rope_sin", "cmp_kv", "slot_mapping", "positions")
+    aliases = {0: 4}
+    attrs = {"ratio": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
+    reference = numpy_reference("compressor", "prefill_cmp_finish_write")
+
+    def infer(self, ins, attrs):
+        pooled, norm_w, cos, sin, cache, slots, pos = ins
+        _positive(attrs, "ratio")
+        expect(pooled.rank == 2 and pooled.dtype == F32, f"pooled must be f32[T, HD], got {pooled}")
+        expect(norm_w.rank == 1, f"norm_w must be rank 1, got {norm_w}")
+        expect_dtype(norm_w, FLOATS, "norm_w")
+        expect_same_dim(norm_w.shape[0], pooled.shape[1], "norm_w length vs HD")
+        for name, t in (("rope_cos", cos), ("rope_sin", sin)):
+            expect_rank(t, 2, f"{name} [P, rope_dim]")
+            expect_dtype(t, FLOATS, name)
+        expect(cos.shape == sin.shape, f"rope_cos {cos} and rope_sin {sin} differ")
+        expect_rope_fits(pooled.shape[1], cos.shape[1], "pooled")
+        expect(cache.rank == 2, f"cmp_kv must be [rows, HD], got {cache}")
+        expect_dtype(cache, FLOATS, "cmp_kv")
+        expect_same_dim(cache.shape[1], pooled.shape[1], "cmp_kv width vs HD")
+        expect_index_vector(slots, "slot_mapping", pooled.shape[0])
+        expect_index_vector(pos, "positions", pooled.shape[0])
+        return [cache]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("m", ins[0].shape[0])]

@@ -200,3 +200,64 @@ def idx_kv_cache_write(k, idx_kv_cache, idx_kv_scale, slot_mapping, positions, *
         cache[row] = k_i8[b]
         scale[row] = k_s[b, 0]
     return cache, scale
+
+
+# ---- prefill: every boundary of the chunk -------------------------------------------------------------------
+def prefill_cmp_pool(kvp, scp, ape, state, state_block_table, positions, *, ratio, head_dim, overlap, block_size,
+                     **_):
+    """The prefill compressor pool (dsv4-math §4 "Prefill rules") for one request's chunk of ascending positions:
+    every token closing a window pools its entry; the entry's rows whose positions lie in the chunk come from the
+    chunk's own [kvp | scp + ape[pos % r]], earlier ones from the state as received (ring rows; positions < 0 or
+    unmapped: kv 0 / score FP32_NEG_INF). Then every token's state row is written (later tokens win).
+    Returns (state f32 [rows, 2·OUT] (a new version), pooled f32 [T, HD], 0 for tokens closing no window)."""
+    pos = np.asarray(positions, dtype=np.int64)
+    table = np.asarray(state_block_table)[0]
+    rows = np.concatenate([f32(kvp), f32(scp) + f32(ape)[pos % ratio]], axis=1)
+    old = f32(state)
+    out_dim = rows.shape[1] // 2
+    start = int(pos[0]) if len(pos) else 0
+    pooled = np.zeros((len(pos), head_dim), F32)
+    for t in np.flatnonzero((pos + 1) % ratio == 0):
+        j = int(pos[t]) // ratio
+        segments = [(ratio * (j - 1), 0), (ratio * j, head_dim)] if overlap else [(ratio * j, 0)]
+        kv, score = [], []
+        for first, col in segments:
+            for p in range(first, first + ratio):
+                if p >= start:
+                    src = rows[p - start]
+                else:
+                    row = ring_row(table, p, block_size) if p >= 0 else -1
+                    src = old[row] if row >= 0 else None
+                if src is None:
+                    kv.append(np.zeros(head_dim, F32))
+                    score.append(np.full(head_dim, FP32_NEG_INF, F32))
+                else:
+                    kv.append(src[col:col + head_dim])
+                    score.append(src[out_dim + col:out_dim + col + head_dim])
+        pooled[t] = softmax_pool(np.stack(kv), np.stack(score))
+    new = old.copy()
+    for t in range(len(pos)):
+        row = ring_row(table, int(pos[t]), block_size)
+        if row >= 0:
+            new[row] = rows[t]
+    return new, pooled
+
+
+def prefill_cmp_finish_write(pooled, norm_w, rope_cos, rope_sin, cmp_kv, slot_mapping, positions, *, ratio,
+                             eps=1e-6, **_):
+    """cmp_kv (a new version) with rb(y) of every token closing a window stored at slot_mapping[token] (−1
+    skipped): y = rmsnorm(pooled[t])·norm_w, RoPE at the entry's first position pos + 1 − r (from the [P, rope_dim]
+    tables), f32 until the store."""
+    pos = np.asarray(positions, dtype=np.int64)
+    slots = np.asarray(slot_mapping)
+    cache = np.array(cmp_kv, copy=True)
+    hits = np.flatnonzero(((pos + 1) % ratio == 0) & (slots >= 0))
+    if not len(hits):
+        return cache
+    first = pos[hits] + 1 - ratio
+    half = np.shape(rope_cos)[1] // 2
+    cos_il, sin_signed = rope_interleave(np.asarray(rope_cos)[first, :half].astype(BF16),
+                                         np.asarray(rope_sin)[first, :half].astype(BF16))
+    y = cmp_rmsnorm_rope(f32(pooled)[hits], norm_w, cos_il, sin_signed, eps=eps)
+    cache[slots[hits]] = y.astype(BF16)
+    return cache

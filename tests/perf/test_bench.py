@@ -19,6 +19,13 @@ def test_model_graph_chains_the_layers():
     assert len(doubled) == 2 * len(g) and doubled.attributes["layers"] == 8
 
 
+def test_prefill_model_graph_chains_the_prefill_layers():
+    g = model_graph("tiny", prefill=7)
+    verify(g)
+    assert g.symbols["T"] == 7 and g.name == "tiny_prefill_step"
+    assert "L1.idx.prefill_topk" in g.nodes and "L2.cmp.prefill_pool" in g.nodes and "L0.moe.hc.hc_post" in g.nodes
+
+
 def test_optimised_deps_grow_linearly_with_the_layers():
     """The default pipeline's explicit deps double when the model doubles: a release orders the next collective
     only and a one-notify barrier waits for its own layer's push, not for every earlier layer's (which made the
@@ -44,12 +51,13 @@ def test_optimised_deps_grow_linearly_with_the_layers():
 def test_bench_reports_stages_and_ratios():
     result = run_bench("tiny", repeat=1, kinds=False)
     names = [c.name for c in result.cases]
-    assert names == ["decoder layer", "model", "model x2"]
+    assert names == ["decoder layer", "model", "model x2", "prefill model"]
     assert set(result.ratios()) == {"model / decoder layer", "model x2 / model"}
     for c in result.cases:
         assert set(c.seconds) == {"parse", "passes", "lowering", "codegen"} and c.total > 0 and c.kernels > 0
     table = bench_table(result)
     assert "| model x2 / model |" in table and "| doubling ≤ 2.2× |" in table
+    assert "| prefill model < 2.0 s |" in table
     print(table)
 
 
