@@ -25,9 +25,11 @@ from .common import attention_params, attention_prefix, hc_post, o_proj
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
 
-def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
+def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It bounds the
-    number of compressed work items (`works` on hca.hca_cmp_work_gather)."""
+    number of compressed work items (`works` on hca.hca_cmp_work_gather).
+    token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
+    padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T)."""
     if max_context is not None:
         b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
@@ -95,7 +97,7 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
                   o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
 
     # 9-11: O path, bridge, hc_post
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="hca.hca_output_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))

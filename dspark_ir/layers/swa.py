@@ -17,7 +17,9 @@ from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, attn_norm, cp_gather, hc_post, hc_pre, o_proj, qkv_proj_rope
 
 
-def build_swa(b: GraphBuilder) -> None:
+def build_swa(b: GraphBuilder, *, token_capacity: int | None = None) -> None:
+    """token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
+    padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T)."""
     c, t = b.cfg, b.tiles
     T = b.T
     p = attention_params(b)
@@ -53,6 +55,6 @@ def build_swa(b: GraphBuilder) -> None:
     packed = b.op("merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="swa.merge_norm",
                   o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE), aer=True)
 
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     x_out = hc_post(b, attn_out, p.x_hc, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache)

@@ -67,6 +67,11 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "with the other re-gridding passes: the q side's fused dequant + RMSNorm + RoPE from H/4 = 16 blocks "
           "to one cyclic worker per vector core (policy.DEQUANT_WORKERS; attributes only); after tile-choice "
           "and before a2a-direct-read, neither of which looks at it"),
+    Entry("o-proj-valid-rows",
+          "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
+          "the step's valid rows; it needs the quant -> proj_b -> dequant chain the layer builds (no pass before "
+          "it touches the TP1 O path) and fires only on graphs built with a token capacity above T, so the "
+          "default pipeline's generated sources do not change"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
