@@ -65,14 +65,14 @@ class QuantRows(_OprojOp):
     name = "quant_rows"
     operands = ("x",)
     results = ("q", "scale")
-    attrs = {"pad_rows": Attr("int", 0)}
+    attrs = {"pad_rows": Attr("int")}   # absent: no padding (no default stored: graphs without it hash as before)
     reference = numpy_reference("oproj", "quant_rows")
 
     def infer(self, ins, attrs):
         x = ins[0]
         expect_rank(x, 2, "x [rows, width]")
         expect_dtype(x, F32, "x")
-        pad, rows = attrs["pad_rows"], x.shape[0].value()
+        pad, rows = attrs.get("pad_rows") or 0, x.shape[0].value()
         expect(pad >= 0, f"pad_rows must be ≥ 0, got {pad}")
         expect(not pad or rows is None or pad >= rows, f"pad_rows {pad} is below the {x.shape[0]} rows of x")
         q_rows = D.dim(pad) if pad else x.shape[0]

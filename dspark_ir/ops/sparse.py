@@ -385,7 +385,7 @@ class HcaStreamMergePack(_SparseOp):
     scratch and read back for the inverse RoPE and pack (before pypto-lib #1229); the values are the same."""
     name = "hca_stream_merge_pack"
     operands = ("m", "l", "heads", "cmp_m", "cmp_l", "cmp_o", "sink", "cos_il", "sin_signed", "swap")
-    attrs = {"o_groups": Attr("int", REQUIRED), "stage_heads": Attr("bool", False)}
+    attrs = {"o_groups": Attr("int", REQUIRED), "stage_heads": Attr("bool")}   # absent: on chip
     reference = numpy_reference("sparse", "hca_stream_merge_pack")
 
     def infer(self, ins, attrs):

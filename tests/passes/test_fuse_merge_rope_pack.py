@@ -87,9 +87,9 @@ def test_heads_on_chip_false_is_the_seed_kernel_and_bitwise(tp, seed):
     staged = optimise(tiny("decode-hca", tp), "fuse-merge-rope-pack{heads_on_chip=false}", seed).graph
     assert staged.nodes[FUSED].attrs["stage_heads"] is True
     on_chip = optimise(tiny("decode-hca", tp), "fuse-merge-rope-pack", numerics=False).graph
-    assert "stage_heads" not in on_chip.nodes[FUSED].attrs or on_chip.nodes[FUSED].attrs["stage_heads"] is False
+    assert "stage_heads" not in on_chip.nodes[FUSED].attrs
     node = staged.nodes[FUSED]
-    node.attrs = node.opdef.normalize_attrs({**node.attrs, "stage_heads": False})
+    node.attrs = {k: v for k, v in node.attrs.items() if k != "stage_heads"}
     assert staged.structurally_equal(on_chip)
 
 
