@@ -351,6 +351,20 @@ class PtoGroupMerge:
         pto_set_tile(src, [1, tr, hd])
         src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
 
+    def stage_head(self, j: int) -> None:
+        """y into the f32 scratch hs{j} [n, HD] (a workspace: written here, read back by `unstage_head` in the next
+        subgraph, so it goes through global memory)."""
+        self.src(f'hs{j} = pypto.tensor([{self.n}, {self.hd}], pypto.DT_FP32, "hs{j}")')
+        self.src(f"pypto.assemble(y, [0, 0], hs{j})")
+
+    def unstage_head(self, j: int) -> None:
+        self.src(f"y = pypto.view(hs{j}, [{self.n}, {self.hd}], [0, 0])")
+
+    def next_subgraph(self) -> None:
+        """Close the block's forced subgraph and open a second one (the staged heads cross between them)."""
+        pto_scope(self.src, -1)
+        pto_scope(self.src, 2)
+
     def store_head(self, j: int, out) -> None:
         """y into out [T, H, HD] at [t0, h0 + j, 0]: through an [n, HD] workspace reshaped in place to [n, 1, HD]."""
         src, n, hd, tr = self.src, self.n, self.hd, self.tr

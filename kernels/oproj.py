@@ -59,7 +59,10 @@ _PTO_QUANT_TILE_BYTES = WIDE_VEC_TILE_BYTES   # one f32 vector tile
 @template(QuantRows)
 def pypto_quant_rows(spec: KernelSpec) -> str:
     """q8 per row, one forced subgraph per block of rows, vector tiles of ≤ 64 KiB f32 (`_pto_quant_block_rows`).
-    Rows are independent, so any split into blocks is bitwise."""
+    Rows are independent, so any split into blocks is bitwise. With `pad_rows` the int8 rows past x's are then
+    zeroed (`_pto_quant_zero_pad`), as the seed's TP1 quant does for the T_PAD rows proj_b_mm reads."""
+    if spec.attrs.get("pad_rows"):
+        spec = spec.static()
     x = spec.operands[0]
     q, scale = spec.results
     width = x.shape[1]
@@ -80,7 +83,23 @@ def pypto_quant_rows(spec: KernelSpec) -> str:
         src(f"s1 = pypto.reshape(s, [{br}], valid_shape=[{valid}])")
         loop.store("s1", scale)
         src("pypto.set_pass_options(sg_set_scope=-1)")
+    if q.shape[0] > x.shape[0]:
+        _pto_quant_zero_pad(src, q, x.shape[0])
     return src.text()
+
+
+def _pto_quant_zero_pad(src: Src, q, first: int) -> None:
+    """Zero the int8 rows first … of q in blocks of ≤ one vector tile (f32 zeros through the int8 cast path, one
+    forced subgraph each)."""
+    width = q.shape[1]
+    block = max(1, min(q.shape[0] - first, _PTO_QUANT_TILE_BYTES // (4 * width)))
+    for r0 in range(first, q.shape[0], block):
+        n = min(block, q.shape[0] - r0)
+        src("pypto.set_pass_options(sg_set_scope=1)")
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, width), 4, budget=_PTO_QUANT_TILE_BYTES)))})")
+        zeros = cast_expr(f"pypto.full([{n}, {width}], 0.0, pypto.DT_FP32)", "f32", "i8")
+        src(f"pypto.assemble({zeros}, [{r0}, 0], {q.name})")
+        src("pypto.set_pass_options(sg_set_scope=-1)")
 
 
 def _pto_quant_block_rows(spec: KernelSpec) -> int:
@@ -122,6 +141,13 @@ def pypto_o_proj_b(spec: KernelSpec) -> str:
     return src.text()
 
 
+def _pto_rows_view(loop: RowLoop, t, rows: int) -> str:
+    """The loop block's view of accumulator t; its first `rows` rows when one block covers all and t is padded."""
+    if loop.looped or t.shape[0] == rows:
+        return loop.view(t)
+    return f"pypto.view({t.name}, [{rows}, {t.shape[1]}], [0, 0])"
+
+
 _PTO_DEQUANT_TILE_BYTES = WIDE_VEC_TILE_BYTES  # one f32 [r, N] operand tile
 _PTO_DEQUANT_CORES = HARDWARE.vector_cores  # vector cores: the row blocks (one forced subgraph each) run in one wave
 
@@ -136,11 +162,13 @@ def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
     16.7 µs)."""
     sw, *parts = spec.operands
     out = spec.results[0]
-    rows, n = parts[0].shape
+    # the loop runs over the output rows: the scales' (an accumulator may hold padded rows past them)
+    rows_from = parts[0] if all(a.shape[0] == parts[1].shape[0] for a in parts[0::2]) else parts[1]
+    rows, n = rows_from.shape[0], parts[0].shape[1]
     tile_rows = max(1, min(rows, _PTO_DEQUANT_TILE_BYTES // (4 * n)))
     block = round_up(ceil_div(rows, _PTO_DEQUANT_CORES), tile_rows)
     src = Src(spec.signature())
-    loop = RowLoop(src, parts[0], block)
+    loop = RowLoop(src, rows_from, block)
     br = loop.shape(parts[0])[0]
     col = ", valid_shape=[valid, 1]" if loop.looped and loop.partial else ""
     with loop.loop():
@@ -153,7 +181,7 @@ def pypto_o_proj_b_dequant(spec: KernelSpec) -> str:
         src(f"pypto.set_vec_tile_shapes({tile_rows}, {n})")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         for i in range(0, len(parts), 2):
-            term = f"pypto.mul({cast_expr(loop.view(parts[i]), 'i32', 'f32')}, s{i // 2})"
+            term = f"pypto.mul({cast_expr(_pto_rows_view(loop, parts[i], rows), 'i32', 'f32')}, s{i // 2})"
             src(f"total = {term}" if i == 0 else f"total = pypto.add(total, {term})")
         src(f"y = {cast_expr('pypto.mul(total, swv)', 'f32', out.dtype)}")
         loop.store("y", out)

@@ -586,7 +586,8 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
             for i in range(first, n_items):
                 factors.append((i, mg.merge_item(mg.cols(im, f"{i * heads} + h0"), mg.cols(il, f"{i * heads} + h0"))))
             mg.denominator(flat[sink.name])
-        if pack:
+        stage = bool(spec.attrs.get("stage_heads")) and pack and merge
+        if pack and not stage:
             mg.tables(cos_il, sin_signed, None if swap is None else swap.name)
         for j in mg.head_loop():
             if csa:
@@ -599,10 +600,18 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
                 mg.normalize_head()
             else:
                 src("y = o_acc")
-            if pack:
+            if stage:
+                mg.stage_head(j)
+            elif pack:
                 mg.pack_head(j, cos_il.shape[1], out)
             else:
                 mg.store_head(j, out)
+        if stage:   # the seed's form (before pypto-lib #1229): the read-back is a new subgraph, through GM
+            mg.next_subgraph()
+            mg.tables(cos_il, sin_signed, None if swap is None else swap.name)
+            for j in mg.head_loop():
+                mg.unstage_head(j)
+                mg.pack_head(j, cos_il.shape[1], out)
     return src.text()
 
 

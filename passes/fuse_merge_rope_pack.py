@@ -44,12 +44,23 @@ class FuseMergeRopePack(Pass):
     It does not fire when the f32 stream heads have another reader or are returned (they must then stay in memory),
     when the two ops tile heads differently, or when the head tile does not split the heads into whole O groups
     within one token (an item must not straddle two tokens or split a group's pack).
+
+    `heads_on_chip` (pypto-lib #1229, TP1: merge / RoPE / pack kept on chip, store sites 17 → 2): true (default)
+    keeps each item's normalised f32 heads in the worker's buffers from the merge to the pack; false is the seed's
+    fused kernel, which stores them to a GM scratch and reads them back for the inverse RoPE and pack (a 64 KiB
+    round trip per item at flash; `stage_heads` on the fused node, a kernel-template option). It is an option of
+    this pass, not a pass of its own, because it is the same rewrite carried one step further: #1229 changes only
+    the body of the kernel this fusion creates (no graph edge, operand or grid differs), a separate pass could
+    only match the node this one just made and flip one attribute, and without the fusion it has nothing to act
+    on. Both forms are bitwise (the scratch holds the same f32 values).
     """
 
     name = "fuse-merge-rope-pack"
-    origin = "seed PR (dspark-model.md §6(c)): hca_stream_merge_pack, MERGE_WORKERS = 48"
+    origin = ("seed PR (dspark-model.md §6(c)): hca_stream_merge_pack, MERGE_WORKERS = 48; heads_on_chip: "
+              "pypto-lib #1229")
     contract = BITWISE
     workers: int = option(policy.MERGE_WORKERS, min=1)
+    heads_on_chip: bool = True
 
     def match(self, g: Graph):
         for node in g.topo_order():
@@ -70,13 +81,16 @@ class FuseMergeRopePack(Pass):
                  "workers": self.workers}
         if merge.attrs.get("aer") and pack.attrs.get("aer"):
             attrs["aer"] = True
+        if not self.heads_on_chip:
+            attrs["stage_heads"] = True
         fused = g.add_op(HcaStreamMergePack.name, merge.operands + pack.operands[1:], attrs,
                          names=g.fresh_name(merge.name + "_pack"), deps=sorted(deps.values(), key=lambda v: v.name),
                          near=pack)
         replace_node(g, pack, fused.results)
         g.remove_node(merge)
+        staged = "" if self.heads_on_chip else ", heads staged through GM"
         return RewriteRecord("fuse", merge.name, f"+ %{pack.name} -> %{fused.name}: {self.workers} cyclic workers "
-                                                 f"over T·H/{site.head_tile} items")
+                                                 f"over T·H/{site.head_tile} items{staged}")
 
     def _pair(self, g: Graph, merge: Node) -> Site | str:
         """The merge's pack partner and head tile, or why the pair cannot be fused."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..dims import ceildiv
+from ..errors import ConfigError
 from ..graph import Value
 from .builder import GraphBuilder
 
@@ -222,16 +223,22 @@ O_GATHER_WORKERS = 48
 
 
 def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value,
-           block: str = "o") -> Value:
+           block: str = "o", token_capacity: int | None = None) -> Value:
     """packed bf16[o_groups, T, hpg·HD] → attn_out bf16[T, D]: the TP1 decode_o_proj_tp1 form, or at TP > 1 the
     all-to-all (o_group_a2a: put + barrier 1 into the exchange window [LG, tp·ceil16(T), w]; then its copy-out
     wave of the tp·T data rows into a local tensor + barrier 2 + reset, as a separate `window_copy_out` on the
     seed's 48 cyclic AIV workers (o_group_a2a_gather + _complete) so the a2a-direct-read pass can remove it),
     per-local-group tp_o_a / tp_o_a_quant / tp_o_b, tp_o_b_dequant (f32 partial)
-    and the f32 reduce-scatter with one bf16 rounding."""
+    and the f32 reduce-scatter with one bf16 rounding.
+
+    `token_capacity` (TP1): the token count the seed's buffers are sized for (its LOCAL_T; T_PAD = ceil16 of it),
+    when the step holds fewer tokens T. decode_o_proj_tp1 before pypto-lib #1226 ran proj_b_mm over all T_PAD
+    rows (T_PAD/128 row blocks per group, the quant zeroing rows T … T_PAD): each group's quant then pads its
+    int8 rows to T_PAD and proj_b covers them (the `o-proj-valid-rows` pass shrinks it to the T valid rows)."""
+    pad = _o_pad_rows(b, token_capacity)
     if b.tp == 1:
         return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
-                         ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16")
+                         ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16", pad)
     window = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp, t_pad=O_TOKEN_TILE)
     rows = b.tp * b.T
     recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows,
@@ -241,8 +248,22 @@ def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale:
     return b.op("tp_o_reduce_scatter", partial, name=f"{block}.tp_o_reduce_scatter", tp=b.tp)
 
 
+def _o_pad_rows(b: GraphBuilder, token_capacity: int | None) -> int:
+    """The seed's padded TP1 row capacity T_PAD = ceil16(token_capacity), 0 when the buffers hold exactly T rows."""
+    if token_capacity is None:
+        return 0
+    T = b.value(b.T)
+    if b.tp != 1:
+        raise ConfigError(f"token_capacity: the padded O path is the TP1 form (decode_o_proj_tp1); at TP {b.tp} "
+                          "the O path runs on the exchanged tp·T rows")
+    if token_capacity < T:
+        raise ConfigError(f"token_capacity: {token_capacity} is below the T = {T} tokens of the step")
+    pad = -(-token_capacity // O_TOKEN_TILE) * O_TOKEN_TILE
+    return pad if pad > T else 0
+
+
 def _o_groups(b: GraphBuilder, heads: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value, block: str,
-              groups: int, rows, stages: tuple[str, str, str, str], out: str) -> Value:
+              groups: int, rows, stages: tuple[str, str, str, str], out: str, pad_rows: int = 0) -> Value:
     c = b.cfg
     a_stage, q_stage, b_stage, deq_stage = stages
     a_n, b_n = min(O_A_N_TILE, c.o_lora), min(O_B_N_TILE, c.hidden)
@@ -250,9 +271,10 @@ def _o_groups(b: GraphBuilder, heads: Value, wo_a: Value, wo_b: Value, wo_b_scal
     for g in range(groups):
         o_r = b.op("o_proj_a", heads, wo_a, name=f"{block}.{a_stage}.g{g}", group=g, tile=[O_A_M_TILE, a_n],
                    blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), **b.clamp(rows, O_A_M_TILE))
-        o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1)
+        o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1, pad_rows=pad_rows or None)
+        b_rows = pad_rows or rows
         acc = b.op("o_proj_b", o_i8, wo_b, name=f"{block}.{b_stage}.g{g}", group=g, tile=[O_B_M_TILE, b_n],
-                   blocks=ceildiv(rows, O_B_M_TILE) * (c.hidden // b_n), **b.clamp(rows, O_B_M_TILE))
+                   blocks=ceildiv(b_rows, O_B_M_TILE) * (c.hidden // b_n), **b.clamp(b_rows, O_B_M_TILE))
         parts += [acc, scale]
     return b.op("o_proj_b_dequant", wo_b_scale, *parts, name=f"{block}.{deq_stage}", out=out,
                 tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n),

@@ -74,11 +74,13 @@ def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name
     return b.op("rope_interleave", cos, sin, names=[interleave_name, f"{interleave_name}.sin"], blocks=1, aer=True)
 
 
-def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
+def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It tightens
     `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks; idx.score then reads only the
     pages below it, idx.topk sorts only max(k, max_visible) entries) and, when blocks of csa.qk_pv can hold no
-    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks)."""
+    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks).
+    token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
+    padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T)."""
     if max_context is not None:
         b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
@@ -201,7 +203,7 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None) -> None:
                   o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE), aer=True)
 
     # 9-13: O path, bridge, hc_post
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="csa.csa_o_local_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))

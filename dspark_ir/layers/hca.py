@@ -20,15 +20,22 @@ Returns x_out and the updated kv_cache, cmp_kv, cmp_state.
 from __future__ import annotations
 
 from ..dims import ceildiv
+from ..errors import ConfigError
 from .builder import GraphBuilder
 from .common import attention_params, attention_prefix, hc_post, o_proj
 from .cp_payload import CompressorGathers
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
 
-def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
+def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity: int | None = None,
+              cmp_pages_per_work: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It bounds the
-    number of compressed work items (`works` on hca.hca_cmp_work_gather)."""
+    number of compressed work items (`works` on hca.hca_cmp_work_gather).
+    token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
+    padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T).
+    cmp_pages_per_work: cache pages per compressed work item, i.e. hca_cmp_qk_pv's K tile in pages (default: the
+    tiles' CMP_PAGES_PER_WORK). 1 is the seed's TP1 form before pypto-lib #1228 (a 32-row K tile per page at
+    flash), which the `hca-cmp-wide-k-tile` pass widens."""
     if max_context is not None:
         b.graph.attributes["max_context"] = int(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
@@ -84,7 +91,10 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
                           scale=c.softmax_scale, tile=[1, t.H_TILE], blocks=head_blocks)
 
     # 8f-g: compressed partials per work item (neutral past the visible rows)
-    work_rows = t.CMP_PAGES_PER_WORK * c.block_size
+    pages = t.CMP_PAGES_PER_WORK if cmp_pages_per_work is None else cmp_pages_per_work
+    if pages < 1:
+        raise ConfigError(f"cmp_pages_per_work: must be ≥ 1, got {pages}")
+    work_rows = pages * c.block_size
     n_max = max_visible_entries(b, R, geo.hca_blocks, max_context)
     works = max(1, -(-n_max // work_rows))
     crow, cphys = b.op("hca_cmp_work_gather", cmp_kv, cmp_block_table,
@@ -102,7 +112,7 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None) -> None:
                   o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
 
     # 9-11: O path, bridge, hc_post
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="hca.hca_output_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))

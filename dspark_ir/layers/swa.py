@@ -27,11 +27,13 @@ from .common import (
 )
 
 
-def build_swa(b: GraphBuilder) -> None:
-    swa_layer(b, attention_params(b))
+def build_swa(b: GraphBuilder, *, token_capacity: int | None = None) -> None:
+    """token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
+    padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T)."""
+    swa_layer(b, attention_params(b), token_capacity=token_capacity)
 
 
-def swa_layer(b: GraphBuilder, p: AttnParams, own_rows: bool = True) -> None:
+def swa_layer(b: GraphBuilder, p: AttnParams, own_rows: bool = True, token_capacity: int | None = None) -> None:
     """The layer on declared params. `own_rows`: at TP > 1, mask the other ranks' gathered slots to −1 (decode:
     every rank owns its requests); prefill-swa's context-parallel ranks share one request and write every row."""
     c, t = b.cfg, b.tiles
@@ -70,6 +72,6 @@ def swa_layer(b: GraphBuilder, p: AttnParams, own_rows: bool = True) -> None:
     packed = b.op("merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="swa.merge_norm",
                   o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE), aer=True)
 
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
+    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     x_out = hc_post(b, attn_out, p.x_hc, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache)

@@ -58,17 +58,25 @@ class OProjA(_OprojOp):
 
 @register_op
 class QuantRows(_OprojOp):
-    """q8 per row (dsv4-math §0) → int8 values and the f32 dequant scale per row (tp_o_a_quant / quant)."""
+    """q8 per row (dsv4-math §0) → int8 values and the f32 dequant scale per row (tp_o_a_quant / quant).
+
+    `pad_rows` > 0: the int8 values fill a buffer of that many rows, the rows past x's zero (the seed's TP1 quant
+    zeroes rows t_dim … T_PAD of `o_r_i8_pad`, which proj_b_mm reads whole); the scales stay one per x row."""
     name = "quant_rows"
     operands = ("x",)
     results = ("q", "scale")
+    attrs = {"pad_rows": Attr("int")}   # absent: no padding (no default stored: graphs without it hash as before)
     reference = numpy_reference("oproj", "quant_rows")
 
     def infer(self, ins, attrs):
         x = ins[0]
         expect_rank(x, 2, "x [rows, width]")
         expect_dtype(x, F32, "x")
-        return [x.with_dtype(I8), TensorType(F32, (x.shape[0],))]
+        pad, rows = attrs.get("pad_rows") or 0, x.shape[0].value()
+        expect(pad >= 0, f"pad_rows must be ≥ 0, got {pad}")
+        expect(not pad or rows is None or pad >= rows, f"pad_rows {pad} is below the {x.shape[0]} rows of x")
+        q_rows = D.dim(pad) if pad else x.shape[0]
+        return [TensorType(I8, (q_rows, x.shape[1])), TensorType(F32, (x.shape[0],))]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]
@@ -102,7 +110,9 @@ class OProjB(_OprojOp):
 @register_op
 class OProjBDequant(_OprojOp):
     """Σ_g f32(acc_g)·s_g over the groups in order, times wo_b_scale → f32 TP partial, or bf16 attn_out at TP1
-    (tp_o_b_dequant / proj_b_act). Operands: wo_b_scale, then acc_0, s_0, acc_1, s_1, ..."""
+    (tp_o_b_dequant / proj_b_act). Operands: wo_b_scale, then acc_0, s_0, acc_1, s_1, ... The output has one row
+    per scale row; an accumulator may hold more rows (the padded rows of the seed's TP1 `partials [T_PAD, ·]`),
+    which are not read."""
     name = "o_proj_b_dequant"
     operands = ("wo_b_scale", "*parts")
     attrs = {"out": Attr("enum", "f32", choices=("f32", "bf16"))}
@@ -112,14 +122,19 @@ class OProjBDequant(_OprojOp):
         sw, *parts = ins
         expect(sw.rank == 1 and sw.dtype == F32, f"wo_b_scale must be f32[hidden], got {sw}")
         expect(len(parts) >= 2 and len(parts) % 2 == 0, f"expects (acc, scale) pairs, got {len(parts)} operands")
-        first = parts[0]
+        first, rows = parts[0], parts[1].shape[0]
         for acc, s in zip(parts[0::2], parts[1::2]):
             expect(acc.rank == 2 and acc.dtype == I32, f"group accumulator must be i32[rows, hidden], got {acc}")
-            expect(acc.shape == first.shape, f"group accumulators differ: {first} vs {acc}")
+            expect_same_dim(acc.shape[1], first.shape[1], "group accumulator width")
             expect(s.rank == 1 and s.dtype == F32, f"group scale must be f32[rows], got {s}")
-            expect_same_dim(s.shape[0], acc.shape[0], "group scale rows")
+            expect_same_dim(s.shape[0], rows, "group scale rows")
+            if acc.shape[0] != rows:
+                n_acc, n = acc.shape[0].value(), rows.value()
+                expect(n_acc is not None and not acc.shape[0].symbols() and (n is None or n_acc >= n),
+                       f"group accumulator rows {acc.shape[0]} are neither the {rows} scale rows nor a padded "
+                       "capacity above them")
         expect_same_dim(sw.shape[0], first.shape[1], "wo_b_scale length vs hidden")
-        return [TensorType(_dt(attrs["out"]), first.shape)]
+        return [TensorType(_dt(attrs["out"]), (rows, first.shape[1]))]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[1].shape[0]), ("n", ins[1].shape[1])]

@@ -476,10 +476,12 @@ class HcaStreamPack(_SparseOp):
 @register_op
 class HcaStreamMergePack(_SparseOp):
     """hca_stream_merge → hca_stream_pack fused (dspark-model.md §6(c), 48 cyclic workers): merge the raw stream
-    with the work-item partials (ascending), sink, inverse RoPE, bf16, pack. Bit-identical to the two ops."""
+    with the work-item partials (ascending), sink, inverse RoPE, bf16, pack. Bit-identical to the two ops.
+    `stage_heads` (a kernel-template option): the seed's form, each item's normalised f32 heads stored to a GM
+    scratch and read back for the inverse RoPE and pack (before pypto-lib #1229); the values are the same."""
     name = "hca_stream_merge_pack"
     operands = ("m", "l", "heads", "cmp_m", "cmp_l", "cmp_o", "sink", "cos_il", "sin_signed", "swap")
-    attrs = {"o_groups": Attr("int", REQUIRED)}
+    attrs = {"o_groups": Attr("int", REQUIRED), "stage_heads": Attr("bool")}   # absent: on chip
     reference = numpy_reference("sparse", "hca_stream_merge_pack")
 
     def infer(self, ins, attrs):

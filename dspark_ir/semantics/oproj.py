@@ -25,9 +25,12 @@ def o_proj_a(heads, wo_a, *, group, **_):
     return _mm(f32(heads[group]), f32(wo_a[group]).T)
 
 
-def quant_rows(x, **_):
-    """q8 per row (dsv4-math §0): (int8 values, f32 dequant scale [rows])."""
+def quant_rows(x, *, pad_rows=0, **_):
+    """q8 per row (dsv4-math §0): (int8 values, f32 dequant scale [rows]); with pad_rows > 0 the values fill
+    pad_rows rows, the rows past x's zero."""
     xi8, scale = q8(f32(x))
+    if pad_rows:
+        xi8 = np.concatenate([xi8, np.zeros((pad_rows - xi8.shape[0], xi8.shape[1]), xi8.dtype)])
     return xi8, scale[:, 0].astype(F32)
 
 
@@ -43,6 +46,6 @@ def o_proj_b_dequant(wo_b_scale, *parts, out="f32", **_):
     rounded to bf16 when out = bf16 (TP1 attn_out), else the f32 TP partial."""
     acc = None
     for a, s in zip(parts[0::2], parts[1::2]):
-        term = f32(a) * f32(s)[:, None]
+        term = f32(a)[:len(s)] * f32(s)[:, None]
         acc = term if acc is None else acc + term
     return as_dtype(acc * f32(wo_b_scale)[None, :], out)

@@ -93,6 +93,16 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "split softmax is 576 instead of 256 pypto tasks, hca_cmp_qk_pv 73.7 -> 115.4 us; the re-grids alone "
           "move the layer by +0.1 %)",
           enabled=False),
+    Entry("o-proj-valid-rows",
+          "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
+          "the step's valid rows; it needs the quant -> proj_b -> dequant chain the layer builds (no pass before "
+          "it touches the TP1 O path) and fires only on graphs built with a token capacity above T, so the "
+          "default pipeline's generated sources do not change"),
+    Entry("hca-cmp-wide-k-tile",
+          "with the other re-gridding passes (#1228, TP1): widens HCA's compressed work items to a 128-row K tile "
+          "(the template option work_rows and the work counts); before fuse-merge-rope-pack, whose fused merge "
+          "then folds the fewer partials; it fires only on graphs whose items are narrower than the tile (the "
+          "layer's cmp_pages_per_work = 1, the seed's TP1 form), so the default pipeline's sources do not change"),
     Entry("deterministic-split-k",
           "after the re-tiling passes: split-m-fanout must still see kv_proj's atomic matmul (with "
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "

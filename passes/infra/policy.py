@@ -63,6 +63,19 @@ CMP_GATHER_PAGES = 8                     # #1227: 8 compressed-cache pages per h
 HCA_ATTN_HEAD_TILE = 64                  # #1187: one 64-head matmul per query (all of a flash rank's heads)
 HCA_ATTN_AIV_SPLIT = 2                   # #1187: the vector work over both AIVs of a core group
 HCA_CMP_WORKERS = HARDWARE.cube_cores    # #1187: CMP on 24 workers (one per core group) instead of 16
+# ---- hca-cmp-wide-k-tile ------------------------------------------------------------------------------------
+# The compressed QK/PV K tile in rows by the graph's `config`: 128 at flash (pypto-lib #1228: CMP_ATTN_K_TILE =
+# 128 at TP1, four 32-row pages with per-page masks), 16 at tiny (the tiny tiles' CMP_PAGES_PER_WORK · block_size,
+# the goldens' work item); 128 for any other graph. Upstream keeps one-page tiles at TP > 1 (CMP_MAX_TP).
+CMP_K_TILE_ROWS = {"flash": 128, "tiny": 16}
+CMP_K_TILE_ROWS_OTHER = 128
+CMP_MAX_TP = 1
+
+
+def cmp_k_tile_rows(g: Graph) -> int:
+    """hca_cmp_qk_pv's wide K tile (rows per work item) for this graph's config."""
+    return CMP_K_TILE_ROWS.get(str(g.attributes.get("config")), CMP_K_TILE_ROWS_OTHER)
+
 
 # ---- retiled-cse ------------------------------------------------------------------------------------------
 RETILED_CSE_OPS = (RopeTables.name,)     # built twice per attention layer (q side, output pack); grid-independent

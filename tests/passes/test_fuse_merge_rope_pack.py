@@ -77,3 +77,25 @@ def test_fires_at_flash_tp4(tmp_path):
     g = flash_opt("decode-hca", tmp_path)
     _check_fused(g, 48, 16, raw="hca.hca_raw_attn_direct")     # the default pipeline ran hca-raw-kv-no-transpose
     assert str(g.nodes[FUSED].result.type) == "bf16[8,T,4096]"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_heads_on_chip_false_is_the_seed_kernel_and_bitwise(tp, seed):
+    """pypto-lib #1229 as the option: false marks the fused node stage_heads (the seed's GM round trip of the f32
+    heads inside the kernel); the graph is otherwise the default's and the contract stays bitwise."""
+    staged = optimise(tiny("decode-hca", tp), "fuse-merge-rope-pack{heads_on_chip=false}", seed).graph
+    assert staged.nodes[FUSED].attrs["stage_heads"] is True
+    on_chip = optimise(tiny("decode-hca", tp), "fuse-merge-rope-pack", numerics=False).graph
+    assert "stage_heads" not in on_chip.nodes[FUSED].attrs
+    node = staged.nodes[FUSED]
+    node.attrs = {k: v for k, v in node.attrs.items() if k != "stage_heads"}
+    assert staged.structurally_equal(on_chip)
+
+
+def test_heads_on_chip_round_trips_and_prints_only_when_off():
+    from passes.infra.pipeline import parse_pipeline
+
+    text = "fuse-merge-rope-pack{heads_on_chip=false}"
+    assert str(parse_pipeline(str(parse_pipeline(text)))) == text
+    assert str(parse_pipeline("fuse-merge-rope-pack{heads_on_chip=true}")) == "fuse-merge-rope-pack"
