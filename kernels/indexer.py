@@ -14,13 +14,12 @@ from dspark_ir.ops.indexer import (
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
-    PrefillIdxTopk,
     unsorted_prefix,
 )
 
 from .cube import pto_split_bounds
 from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
-from .registry import template, unsupported
+from .registry import template
 from .vector import PTO_NEG_INF, PtoBlock, pto_cols_of, pto_ramp, pto_set_tile, pto_tile
 
 
@@ -440,7 +439,3 @@ def pto_bounded_topk(spec: KernelSpec, pos, kv_len, out, fallback) -> str:
                 f"{float(k)!r}), o, {fb})")
         src(f"pypto.assemble({cast_expr('o', 'f32', 'i32')}, [t0, 0], {out.name})")
     return src.text()
-
-
-unsupported(PrefillIdxTopk, "no pypto template yet for the prefill top-k (merge stages up to merge_block_len over "
-                            "the chunk's score prefix); numpy backends only")

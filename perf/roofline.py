@@ -79,7 +79,6 @@ from dspark_ir.ops.indexer import (
     IdxTopkBounded,
     IdxWeightsProj,
     IdxWeightsReduce,
-    PrefillIdxTopk,
 )
 from dspark_ir.ops.moe import (
     Combine,
@@ -372,7 +371,6 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     IdxQQuant: _factor(6),
     IdxQrRope: _factor(6),
     IdxTopk: _factor(80),
-    PrefillIdxTopk: _factor(80),   # the sort network over the score prefix, as the decode top-k
     **dict.fromkeys((IdxQrDequant, IdxTopkBounded, IdxWeightsReduce, IdxTopkSelect), DEFAULTS),
     # sparse attention
     KvCacheWriteback: Rule(touched=_write_rows("kv_cache", "kv")),

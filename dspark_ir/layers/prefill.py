@@ -24,6 +24,7 @@ from goldens.config import prefill_geometry, prefill_score_len
 from ..dims import ceildiv
 from ..errors import ConfigError
 from ..graph import Value
+from ..ops.indexer import SEED_PREFILL_SORT_STAGES
 from .builder import GraphBuilder
 from .common import (
     AttnParams,
@@ -156,14 +157,10 @@ def _prefix(b: GraphBuilder, p: AttnParams, cmp_slot_mapping, idx_slot_mapping=N
     return pre, late, qkv, _Group(x_group, x_normed, pos_group, slots_group, cmp_group, idx_group, b.tp * b.T)
 
 
-SEED_MERGE_BLOCK_LEN = 256   # the seed's prefill top-k: 64- and 256-wide sort stages (dspark-model.md §6(h))
-
-
-def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int = 0,
-                      merge_block_len: int = SEED_MERGE_BLOCK_LEN) -> None:
-    """chunk: tokens per rank; start: the chunk's first position; merge_block_len: the widest merge stage of the
-    indexer's top-k sort (the seed's 256: wrong keys once a token sees more than 256 entries; the top-k merge
-    rewrite adds the 1024 stage)."""
+def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int = 0) -> None:
+    """chunk: tokens per rank; start: the chunk's first position. The indexer's top-k is `idx_topk` with the
+    seed's staged sort (SEED_PREFILL_SORT_STAGES, widest 256: wrong keys once a token sees more than 256 entries;
+    the topk-merge-stage pass adds the 1024 stage)."""
     geo = prefill_setup(b, "prefill_csa", chunk, start)
     c, t = b.cfg, b.tiles
     T, HD, IHD, r, bs = b.T, c.head_dim, c.idx_head_dim, c.csa_ratio, c.block_size
@@ -246,14 +243,14 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
                     blocks=rows_idx * t.WEIGHTS_OK, deps=[late], **b.clamp(T, t.MM_ROW_TILE))
     weights = b.op("idx_weights_reduce", partials, name="idx.weights_proj_reduce", scale=c.index_weights_scale,
                    tile=[t.MM_ROW_TILE], blocks=rows_idx, **b.clamp(T, t.MM_ROW_TILE))
-    # score over the chunk's prefix (the request: seq = chunk) and the staged top-k
-    score_len = prefill_score_len(c, chunk, start)
-    vis = dict(ratio=r, seq=chunk, score_len=score_len)
+    # score over the chunk's prefix (the request: seq = chunk) and the staged top-k. The cap is the score prefix
+    # (max_visible); the rows are at least k wide, as the top-k consumer reads k columns (a short flash chunk).
+    score_cap = prefill_score_len(c, chunk, start)
+    vis = dict(ratio=r, seq=chunk, score_len=max(score_cap, c.idx_topk), max_visible=score_cap)
     score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx_block_table, p.positions,
-                 p.kv_seq_len, name="idx.score", block_size=bs, max_visible=score_len, tile=[1, score_len],
-                 blocks=T, **vis)
-    topk = b.op("prefill_idx_topk", score, p.positions, p.kv_seq_len, name="idx.prefill_topk", k=c.idx_topk,
-                merge_block_len=merge_block_len, tile=[1], blocks=T, **vis)
+                 p.kv_seq_len, name="idx.score", block_size=bs, tile=[1, vis["score_len"]], blocks=T, **vis)
+    topk = b.op("idx_topk", score, p.positions, p.kv_seq_len, name="idx.topk", k=c.idx_topk,
+                sort_stages=SEED_PREFILL_SORT_STAGES, tile=[1], blocks=T, **vis)
     # sparse attention over window + masked top-k (the decode CSA attention, the chunk as one request)
     cmp_idx, _mask, bias, order = b.op(
         "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
@@ -262,7 +259,7 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
-                   **live_qk_blocks(c.window, c.idx_topk, score_len, t.ATTN_K_TILE))
+                   **live_qk_blocks(c.window, c.idx_topk, score_cap, t.ATTN_K_TILE))
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
     packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",

@@ -294,33 +294,3 @@ class IdxTopkBounded(_IdxOp):
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0])]
-
-
-@register_op
-class PrefillIdxTopk(_IdxOp):
-    """The prefill indexer's top-k (upstream prefill_indexer.py): i32 [T, k], −1 padded. The kernel sorts the
-    score prefix [0, visible) with a network of merge stages; `merge_block_len` is its widest stage (the seed: 64-
-    and 256-wide stages → 256). The prefix ends up sorted descending within consecutive blocks of merge_block_len,
-    and the top-k takes its first min(k, visible) entries: the right keys only while visible ≤ merge_block_len
-    (dspark-model.md §6(h): past 256 the top-k silently picks wrong keys; the fix adds a 1024 merge stage).
-    `score_len` is the prefix cap (INDEXER_SCORE_CAP of the chunk)."""
-    name = "prefill_idx_topk"
-    row_sets = True     # tied scores may come in either order
-    operands = ("score", "positions", "kv_seq_len")
-    attrs = visibility_attrs() | {"k": Attr("int", REQUIRED),
-                                   "merge_block_len": Attr("int", REQUIRED, doc="widest merge stage of the sort")}
-    reference = numpy_reference("indexer", "prefill_idx_topk")
-
-    def infer(self, ins, attrs):
-        score, pos, kv_len = ins
-        check_visibility(attrs, pos, kv_len)
-        expect(score.rank == 2 and score.dtype == F32, f"score must be f32[T, score_len], got {score}")
-        expect_same_dim(score.shape[0], pos.shape[0], "score rows vs positions")
-        expect(score.shape[1].value() in (None, attrs["score_len"]), f"score width must be {attrs['score_len']}")
-        expect(attrs["k"] > 0, f"k must be positive, got {attrs['k']}")
-        n = attrs["merge_block_len"]
-        expect(n > 0 and n & (n - 1) == 0, f"merge_block_len must be a power of two, got {n}")
-        return [TensorType(I32, (score.shape[0], D.Const(attrs["k"])))]
-
-    def tile_axes(self, ins, outs, attrs):
-        return [("tokens", ins[0].shape[0])]

@@ -146,19 +146,3 @@ def idx_topk_bounded(positions, kv_seq_len, *, k, ratio, seq, score_len, **_):
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
     cols = np.arange(score_len)[None, :]
     return np.where(cols < np.minimum(vis, k)[:, None], cols, -1).astype(np.int32)
-
-
-def prefill_idx_topk(score, positions, kv_seq_len, *, k, ratio, seq, score_len, merge_block_len, **_):
-    """i32 [T, k]: the score prefix [0, visible) sorted descending within consecutive blocks of merge_block_len
-    (stable), then its first min(k, visible) entries, −1 tail. With visible ≤ merge_block_len this is the true
-    top-k; past it, the first blocks' entries are taken whatever the later blocks hold (the missing merge stage)."""
-    vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
-    s = f32(score)
-    out = np.full((len(vis), k), -1, np.int32)
-    for t, n in enumerate(vis):
-        n = int(n)
-        order = np.concatenate([a + np.argsort(-s[t, a:min(a + merge_block_len, n)], kind="stable")
-                                for a in range(0, n, merge_block_len)] or [np.zeros(0, np.int64)])
-        kk = min(k, n)
-        out[t, :kk] = order[:kk]
-    return out

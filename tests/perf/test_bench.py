@@ -23,7 +23,7 @@ def test_prefill_model_graph_chains_the_prefill_layers():
     g = model_graph("tiny", prefill=7)
     verify(g)
     assert g.symbols["T"] == 7 and g.name == "tiny_prefill_step"
-    assert "L1.idx.prefill_topk" in g.nodes and "L2.cmp.prefill_pool" in g.nodes and "L0.moe.hc.hc_post" in g.nodes
+    assert "L1.idx.topk" in g.nodes and "L2.cmp.prefill_pool" in g.nodes and "L0.moe.hc.hc_post" in g.nodes
 
 
 def test_optimised_deps_grow_linearly_with_the_layers():
