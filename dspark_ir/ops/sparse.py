@@ -251,6 +251,23 @@ class HcaRawTranspose(_SparseOp):
         return [("window", ins[0].shape[1])]
 
 
+def _raw_window_attn(q: TensorType, rows: TensorType, idx: TensorType,
+                     rows_t: TensorType | None = None) -> list[TensorType]:
+    """The raw-window stream's shape rule (hca_raw_attn with its Kᵀ copy, hca_raw_attn_direct without):
+    rows [T, W, HD] gathered per token, indices [T, W] → m, l f32 [T, H] and heads f32 [T, H, HD]."""
+    _q(q)
+    T, H, HD = q.shape
+    expect_rank(rows, 3, "rows [T, W, HD]")
+    expect_same_dim(rows.shape[0], T, "rows tokens")
+    expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
+    if rows_t is not None:
+        expect(rows_t.shape == (rows.shape[0], rows.shape[2], rows.shape[1]), f"rows_t {rows_t} is not rows {rows}ᵀ")
+    _index_matrix(idx, "indices", T)
+    expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
+    th = TensorType(F32, (T, H))
+    return [th, th, TensorType(F32, q.shape)]
+
+
 @register_op
 class HcaRawAttn(_SparseOp):
     """The raw-window stream: one tile over the gathered window rows (valid where index ≥ 0) → stream state
@@ -264,16 +281,7 @@ class HcaRawAttn(_SparseOp):
 
     def infer(self, ins, attrs):
         q, rows, rows_t, idx = ins
-        _q(q)
-        T, H, HD = q.shape
-        expect_rank(rows, 3, "rows [T, W, HD]")
-        expect_same_dim(rows.shape[0], T, "rows tokens")
-        expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
-        expect(rows_t.shape == (rows.shape[0], rows.shape[2], rows.shape[1]), f"rows_t {rows_t} is not rows {rows}ᵀ")
-        _index_matrix(idx, "indices", T)
-        expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
-        th = TensorType(F32, (T, H))
-        return [th, th, TensorType(F32, q.shape)]
+        return _raw_window_attn(q, rows, idx, rows_t)
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
@@ -293,15 +301,7 @@ class HcaRawAttnDirect(_SparseOp):
 
     def infer(self, ins, attrs):
         q, rows, idx = ins
-        _q(q)
-        T, H, HD = q.shape
-        expect_rank(rows, 3, "rows [T, W, HD]")
-        expect_same_dim(rows.shape[0], T, "rows tokens")
-        expect_same_dim(rows.shape[2], HD, "rows width vs head_dim")
-        _index_matrix(idx, "indices", T)
-        expect_same_dim(idx.shape[1], rows.shape[1], "indices width vs window")
-        th = TensorType(F32, (T, H))
-        return [th, th, TensorType(F32, q.shape)]
+        return _raw_window_attn(q, rows, idx)
 
     def tile_axes(self, ins, outs, attrs):
         return [("tokens", ins[0].shape[0]), ("heads", ins[0].shape[1])]
