@@ -1,8 +1,9 @@
 """pypto 0.2.0 templates of the wire kernel family (the CP compressor payloads' pack and unpack waves).
 
 The ops' numpy semantics: dspark_ir/semantics/wire.py. Each f32 column pair is moved as its bits: pypto.view with a
-`dtype` reinterprets a tile's bytes (f32[r, W] ↔ bf16[r, 2·W]), so both waves are bitwise copies, row block by
-row block. cp_typed_readback (kernels/collective.py) is the unpack's loop run on the exchange window's rows.
+`dtype` reinterprets a whole tensor's bytes (its shape and offsets are ignored), so each row block is cloned on chip
+and that tile reinterpreted (f32[r, W] <-> bf16[r, 2·W]); both waves are bitwise copies, row block by row block.
+cp_typed_readback (kernels/collective.py) is the unpack's loop run on the exchange window's rows.
 """
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ def pypto_cp_wire_pack(spec: KernelSpec) -> str:
         n = loop.shape(wire)[0]
         valid = ", valid_shape=[valid, {c}]" if loop.looped and loop.partial else ""
         for col, part in ((0, values), (2 * width, scores)):
+            # the dtype view reinterprets a whole tensor (pypto ignores its shape and offsets), so the block's rows
+            # are cloned on chip first and their tile is reinterpreted: f32[n, W] -> bf16[n, 2W]
             src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, width), 4, WIDE_VEC_TILE_BYTES)))})")
-            view = f"pypto.view({part.name}, [{n}, {width}], [{r0}, 0]{valid.format(c=width)}, dtype=pypto.DT_BF16)"
-            src(f"y = pypto.clone({view})")
-            src(f"pypto.assemble(y, [{r0}, {col}], {wire.name})")
+            src(f"p = pypto.clone(pypto.view({part.name}, [{n}, {width}], [{r0}, 0]{valid.format(c=width)}))")
+            src(f"pypto.assemble(pypto.view(p, dtype=pypto.DT_BF16), [{r0}, {col}], {wire.name})")
         for k in kv:
             cols = k.shape[1]
             src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, cols), 2, WIDE_VEC_TILE_BYTES)))})")
@@ -55,10 +57,13 @@ def unpack_source(spec: KernelSpec) -> str:
     with loop.loop():
         n = loop.shape(values)[0]
         valid = ", valid_shape=[valid, {c}]" if loop.looped and loop.partial else ""
-        # a dtype view reinterprets whole rows: the wire row as f32 words, then the values' and scores' words
-        words = wire.shape[1] // 2
-        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, 2 * width), 4, WIDE_VEC_TILE_BYTES)))})")
-        src(f"f = pypto.view({wire.name}, [{n}, {words}], [{r0}, 0]{valid.format(c=words)}, dtype=pypto.DT_FP32)")
+        # the dtype view reinterprets a whole tensor (pypto ignores its shape and offsets; on a dynamic-row
+        # parameter it is refused at flash), so the block's value and score words are cloned on chip first and
+        # that tile is reinterpreted: bf16[n, 4W] -> f32[n, 2W]
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, 4 * width), 2, WIDE_VEC_TILE_BYTES)))})")
+        src(f"w = pypto.clone(pypto.view({wire.name}, [{n}, {4 * width}], [{r0}, 0]{valid.format(c=4 * width)}))")
+        src("f = pypto.view(w, dtype=pypto.DT_FP32)")
+        src(f"pypto.set_vec_tile_shapes({', '.join(map(str, vec_tile((n, width), 4, WIDE_VEC_TILE_BYTES)))})")
         for col, part in ((0, values), (width, scores)):
             src(f"y = pypto.clone(pypto.view(f, [{n}, {width}], [0, {col}]))")
             src(f"pypto.assemble(y, [{r0}, 0], {part.name})")

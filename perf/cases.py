@@ -105,7 +105,7 @@ def change(before: float, after: float) -> float | None:
 CASE_KEYS = {"name", "pr", "layer", "shape", "scope", "before", "after", "hw", "source", "unsupported", "note"}
 SHAPE_KEYS = {"config", "tp", "batch", "seq", "contexts", "rows"}
 HW_KEYS = {"before_us", "after_us", "delta_pct"}
-PIPE_KEYS = {"passes", "pipeline", "default_without"}
+PIPE_KEYS = {"passes", "pipeline", "default_without", "default_with"}
 NAMED = {"all-off": all_off, "default": lambda: Variant("default", "default"),
          "cleanup": lambda: Variant("cleanup", "cleanup", ctx=(("only", ("canonicalize", "cse", "dce")),)),
          "seed-only": seed_only}
@@ -244,7 +244,7 @@ def _pipe(spec: Any, label: str, fail) -> Pipe:
     if isinstance(spec, str):
         if spec not in NAMED:
             fail(f"{label.split(':')[1]}: '{spec}' is not one of {', '.join(NAMED)} (or a table with passes, "
-                 "pipeline or default_without)")
+                 "pipeline, default_without or default_with)")
         return Pipe(spec, NAMED[spec]())
     if not isinstance(spec, Mapping) or len(spec) != 1 or set(spec) - PIPE_KEYS:
         fail(f"{label.split(':')[1]}: give exactly one of {', '.join(sorted(PIPE_KEYS))}")
@@ -260,6 +260,12 @@ def _pipe(spec: Any, label: str, fail) -> Pipe:
         return Pipe(text, Variant(label, "case", ctx=(("pipeline", value),)))
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         fail(f"{side}.{key} must be a list of pass names")
+    if key == "default_with":
+        try:
+            text = default_with(value)
+        except PipelineError as e:
+            fail(f"{side}.default_with: {e}")
+        return Pipe("default with " + ", ".join(value), Variant(label, "case", ctx=(("pipeline", text),)))
     bad = [p for p in value if p not in registered_names()]
     if bad:
         fail(f"{side}.{key}: unknown pass '{bad[0]}'")
@@ -268,6 +274,30 @@ def _pipe(spec: Any, label: str, fail) -> Pipe:
     if not value:
         return Pipe("no pass", all_off())
     return Pipe(", ".join(value), Variant(label, "case", ctx=(("only", tuple(value)),)))
+
+
+def default_with(specs: list[str]) -> str:
+    """The default pipeline's text with each given pass entry on, at its place, with the given options: an
+    off-by-default entry is turned on, an enabled one takes the options. So a case's side follows the default
+    pipeline as it grows, and its Δ stays the named pass's alone."""
+    from passes import DEFAULT_PIPELINE, parse_pipeline
+    from passes.infra.errors import PipelineError
+    from passes.infra.pipeline import format_pass
+
+    given = {}
+    for spec in specs:
+        for p in parse_pipeline(spec):
+            given[p.name] = format_pass(p)
+    out = []
+    for e in DEFAULT_PIPELINE:
+        name = parse_pipeline(e.spec).names[0]
+        if name in given:
+            out.append(given.pop(name))
+        elif e.enabled:
+            out.append(e.spec)
+    if given:
+        raise PipelineError(f"'{next(iter(given))}' is not an entry of the default pipeline (use a pipeline string)")
+    return ",".join(out)
 
 
 # ---- predicting ----------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from dspark_ir.ops.collective import CpTypedReadback
 from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
 from dspark_ir.semantics.wire import cp_wire_pack, cp_wire_unpack
+from kernels import wire as wire_templates
 from kernels.pto import KernelSpec, TensorArg, module_prelude
 from kernels.registry import template_for
 
@@ -44,6 +45,23 @@ def test_pack_reinterprets_the_f32_rows_as_bf16():
     assert "dtype=pypto.DT_BF16" in source and source.count("pypto.assemble(") == 3
 
 
+# 6 wire rows per loop step: T = 16 rows run as blocks of 6, 6 and a partial 4, so the looped form (every flash
+# instance) is checked too, not only the one-block form
+LOOPED_BLOCK_BYTES = 6 * 2 * (4 * W + K)
+
+
+def _sources(block_bytes: int) -> tuple[str, str]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(wire_templates, "BLOCK_BYTES", block_bytes)
+        return (template_for(CpWirePack)(_pack_spec()), template_for(CpWireUnpack)(_unpack_spec()))
+
+
+def test_the_looped_form_runs_partial_row_blocks():
+    pack, unpack = _sources(LOOPED_BLOCK_BYTES)
+    for source in (pack, unpack):
+        assert "pypto.loop(" in source and "valid = pypto.min(rows - r0, 6)" in source
+
+
 @pytest.fixture(scope="module")
 def batch():
     from kernels.pypto_rt import KernelJob, run_jobs
@@ -51,18 +69,22 @@ def batch():
     v, s, k = _inputs()
     wire = cp_wire_pack(v, s, k)
     typed = dict(zip(PARTS, cp_wire_unpack(wire, width=W, kv=K)))
-    jobs = [KernelJob(module_prelude() + "\n\n" + template_for(CpWirePack)(_pack_spec()), "k_pack",
-                      {"values": v, "scores": s, "kv": k}, {"out": (wire.shape, wire.dtype)}, mode="full",
-                      label="pack", goldens={"out": wire}),
-            KernelJob(module_prelude() + "\n\n" + template_for(CpWireUnpack)(_unpack_spec()), "k_unpack",
-                      {"wire": wire}, {p: (a.shape, a.dtype) for p, a in typed.items()}, mode="full",
-                      label="unpack", goldens=typed)]
-    pack, unpack = run_jobs(jobs, workers=2)
-    return {"pack": (pack, {"out": wire}), "unpack": (unpack, typed)}
+    jobs, names = [], []
+    for form, block_bytes in (("one-block", wire_templates.BLOCK_BYTES), ("looped", LOOPED_BLOCK_BYTES)):
+        pack, unpack = _sources(block_bytes)
+        jobs += [KernelJob(module_prelude() + "\n\n" + pack, "k_pack", {"values": v, "scores": s, "kv": k},
+                           {"out": (wire.shape, wire.dtype)}, mode="full", label=f"pack-{form}",
+                           goldens={"out": wire}),
+                 KernelJob(module_prelude() + "\n\n" + unpack, "k_unpack", {"wire": wire},
+                           {p: (a.shape, a.dtype) for p, a in typed.items()}, mode="full", label=f"unpack-{form}",
+                           goldens=typed)]
+        names += [(f"pack-{form}", {"out": wire}), (f"unpack-{form}", typed)]
+    results = run_jobs(jobs, workers=2)
+    return {name: (res, want) for (name, want), res in zip(names, results)}
 
 
 @pytest.mark.pypto
-@pytest.mark.parametrize("name", ["pack", "unpack"])
+@pytest.mark.parametrize("name", ["pack-one-block", "unpack-one-block", "pack-looped", "unpack-looped"])
 def test_wire_templates_in_pypto_match_the_reference_bitwise(batch, name):
     res, want = batch[name]
     assert res.ok, f"{res.error}\n{res.log[-3000:]}"

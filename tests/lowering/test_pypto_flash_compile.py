@@ -22,10 +22,7 @@ pytestmark = pytest.mark.pypto
 
 # Ops whose template compiles at tiny (checked bitwise through pypto) but not at flash, with the reason. A kernel of
 # such an op must still fail here (the test says when it compiles and the entry can go); any other failure fails.
-KNOWN_FLASH_FAILURES = {
-    "cp_wire_unpack": "the f32 dtype view of the wire rows is refused at flash row counts (pypto 0.2.0: 'Dynamic axis "
-                      "detected' in the view's valid shape); open in issue 16",
-}
+KNOWN_FLASH_FAILURES: dict[str, str] = {}
 LAYERS = [("decode-swa", {}), ("decode-csa", {}), ("decode-hca", {}), ("moe", {}), ("moe", {"ep": 1})]
 PIPELINES = ("none", "default")
 CASES = [(layer, params, pipeline) for layer, params in LAYERS for pipeline in PIPELINES]

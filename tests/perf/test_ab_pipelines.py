@@ -66,7 +66,11 @@ def test_toggles_apply_to_every_variant_but_all_off():
     named = {v.name: v.toggled(t) for v in variants(["widen-tile"], steps=False)}
     assert named["all-off"] == Variant("all-off", "off", ctx=named["all-off"].ctx)
     assert "retiled-cse" not in str(named["all-off"].context().effective_pipeline())
-    assert named["default"].context().effective_pipeline().names[:3] == ["canonicalize", "retiled-cse", "topk-bypass"]
+    untoggled = {v.name: v for v in variants(["widen-tile"], steps=False)}["default"]
+    plain = untoggled.context().effective_pipeline().names
+    assert plain[:2] == ["canonicalize", "cse"] and "retiled-cse" not in plain
+    # retiled-cse is the off-by-default entry right after cse: the toggles swap the one for the other, nothing else
+    assert named["default"].context().effective_pipeline().names == ["canonicalize", "retiled-cse", *plain[2:]]
     assert "widen-tile" not in named["-widen-tile"].context().effective_pipeline().names
     assert pipeline_variant("none").toggled(t).context().effective_pipeline().names == []
 

@@ -91,6 +91,20 @@ def test_pipelines_map_to_variants(corpus):
     assert c["tiny-hc-pre"].rows == 8
 
 
+def test_default_with_turns_entries_on_at_their_place_and_sets_options():
+    from passes import DEFAULT_PIPELINE, parse_pipeline
+    from perf.cases import default_with
+
+    names = [parse_pipeline(e.spec).names[0] for e in DEFAULT_PIPELINE]
+    plain = [n for n, e in zip(names, DEFAULT_PIPELINE) if e.enabled]
+    assert default_with([]).split(",") == plain
+    text = default_with(["raw-kv-gather-per-request{contiguous=false}", "fuse-merge-rope-pack{heads_on_chip=false}"])
+    got = parse_pipeline(text)
+    assert [n for n in got.names if n != "raw-kv-gather-per-request"] == plain
+    assert got.names.index("raw-kv-gather-per-request") == got.names.index("hca-raw-kv-no-transpose") + 1
+    assert "raw-kv-gather-per-request{contiguous=false}" in text and "fuse-merge-rope-pack{heads_on_chip=false}" in text
+
+
 @pytest.mark.parametrize("body, where", [
     ('[[case]]\nname = "x"\nlayer = = 3\nsource = "y"\n', ":3:9: "),          # TOML syntax: line and column
     ('[[case]]\nname = "x"\nlayer = [\n', ":4: "),                              # at the end: the last line
@@ -116,6 +130,10 @@ def test_syntax_errors_name_the_line(tmp_path, body, where):
     ('before = "cleanup"', 'before = { pipeline = "cse,,dce" }', "case 'tiny-swa-split': before.pipeline:"),
     ('pr = 982', 'pr = 982\nsauce = "x"', "case 'tiny-swa-split': unknown key 'sauce'"),
     ('name = "tiny-held-back"', 'name = "tiny-hc-pre"', "case 'tiny-hc-pre': the name is also used"),
+    ('{ default_without = ["tile-choice"] }', '{ default_with = ["mlir-sccp"] }',
+     "case 'tiny-held-back': after.default_with: pipeline:1:1: unknown pass 'mlir-sccp'"),
+    ('{ default_without = ["tile-choice"] }', '{ default_with = ["topk-merge-stage{sort_stage=3}"] }',
+     "case 'tiny-held-back': after.default_with: "),
 ])
 def test_bad_cases_are_one_line_with_the_case_name(tmp_path, old, new, message):
     assert old in TINY

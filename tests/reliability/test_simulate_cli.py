@@ -75,7 +75,7 @@ def test_pipeline_and_signal_edges(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["decode-swa", "--tp", "3"], "dspark: tp: 3 is not supported for config 'tiny' (choose 1, 2 or 4)"),
-    (["decode-swa", "--ep", "2"], "dspark: ep: not a parameter of layer 'decode-swa' (it takes no parameters)"),
+    (["decode-swa", "--ep", "2"], "dspark: ep: not a parameter of layer 'decode-swa' (parameters: token_capacity)"),
     (["moe", "--ep", "3"], "dspark: ep: 3 does not divide n_experts=8"),
     (["moe", "--cores-vector", "1"], "needs a core group (1 cube + 2 vector) but each rank has 24 cube and 1 "
                                      "vector cores"),
