@@ -26,7 +26,7 @@ from .costs import CostSource
 from .estimate import LayerEstimate, estimate, kernel_table
 from .schedule import ScheduleParams, sched_tasks, schedule
 from .trust import FAR_RATIO as WHAT_IF_RATIO
-from .trust import LEGEND, Trust, far_at_roofline, trust
+from .trust import LEGEND, Trust, far_at_roofline, other_block_models, trust
 
 CLEANUP = ("canonicalize", "cse", "dce")
 # Passes of the default pipeline that no seed PR made (README "Passes": later pypto-lib grids and rewrites, and a
@@ -186,7 +186,7 @@ class CaseResult:
     case: Case
     results: dict[str, VariantResult] = field(default_factory=dict)
     dispatch: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> {cycles: makespan µs}
-    block_model: dict[str, float] = field(default_factory=dict)          # variant -> makespan, other block model
+    block_model: dict[str, dict[str, float]] = field(default_factory=dict)   # variant -> other block model -> makespan
     what_if: dict[str, float] = field(default_factory=dict)              # variant -> makespan, far kernels at roofline
     far_kernels: list[str] = field(default_factory=list)                 # ops of those kernels (both variants)
     stage_name: str = ""
@@ -310,10 +310,12 @@ class ABReport:
                 parts.append(f"{name}: " + ", ".join(f"{k} cyc → {v:.1f} µs" for k, v in m.items()))
             out.append("- dispatch sensitivity (makespan): " + "; ".join(parts))
         if c.block_model and "all-off" in c.block_model and "default" in c.block_model:
-            off, on = c.block_model["all-off"], c.block_model["default"]
-            other = "span" if self.params.block_model == "work" else "work"
-            out.append(f"- block-model sensitivity (`{other}` blocks: every kernel keeps the parallelism pypto found "
-                       f"inside it): all-off {off:.1f} µs → default {on:.1f} µs ({100 * (off - on) / off:+.1f} %)")
+            parts = []
+            for other, off in c.block_model["all-off"].items():
+                on = c.block_model["default"][other]
+                parts.append(f"`{other}` blocks: all-off {off:.1f} µs → default {on:.1f} µs "
+                             f"({100 * (off - on) / off:+.1f} %)")
+            out.append("- block-model sensitivity (perf/schedule.py rule 2): " + "; ".join(parts))
         if c.what_if and "all-off" in c.what_if and "default" in c.what_if:
             off, on = c.what_if["all-off"], c.what_if["default"]
             out.append(f"- what-if (a diagnostic, not an estimate): with every cost-model kernel that is more than "
@@ -538,8 +540,10 @@ def run_ab(cases: Sequence[Case], source: CostSource, params: ScheduleParams | N
                 p = replace(params, dispatch_cycles=cyc)
                 sweep[f"{cyc:g}"] = schedule(sched_tasks(r.tg), r.estimate.schedule.costs, p).makespan_us
             cr.dispatch[name] = dict(sorted(sweep.items(), key=lambda kv: float(kv[0])))
-            span = replace(params, block_model="span" if params.block_model == "work" else "work")
-            cr.block_model[name] = schedule(sched_tasks(r.tg), r.estimate.schedule.costs, span).makespan_us
+            cr.block_model[name] = {
+                model: schedule(sched_tasks(r.tg), r.estimate.schedule.costs,
+                                replace(params, block_model=model)).makespan_us
+                for model in other_block_models(params)}
             costs, far = far_at_roofline(r, what_if_ratio)
             cr.what_if[name] = schedule(sched_tasks(r.tg), costs, params).makespan_us
             cr.far_kernels = sorted(set(cr.far_kernels) | far)

@@ -45,7 +45,7 @@ except ModuleNotFoundError:      # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .costs import KernelCost
-from .schedule import FITTED, SchedTask, ScheduleParams, sched_tasks, schedule
+from .schedule import CHIP_BLOCK_MODEL, FITTED, SchedTask, ScheduleParams, sched_tasks, schedule
 
 FACTS = Path(__file__).parent / "calibration" / "facts.toml"
 RESULT = Path(__file__).parent / "calibration" / "result.json"
@@ -280,7 +280,7 @@ def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
     """Grid search over (H, c) in BOX, each point with its best L (L only shifts the probes, so it is searched
     on the residuals of one schedule run), then `rounds` refinements of the grid around the best point with the
     steps halved: deterministic, no random start."""
-    base = base or ScheduleParams(block_model="span", dispatchers=HARDWARE.aicpu_schedulers, name="chip")
+    base = base or ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip")
     weights = facts["fit"]
     evaluations = 0
 

@@ -461,8 +461,9 @@ class CasesReport:
                              f"{', '.join(r.after.fired) or '–'}")
             if r.trust is not None:
                 d = r.trust.detail
-                lines.append(f"- sensitivity (improvement %): ours {_pct(r.trust.delta)}, other block model "
-                             f"{_pct(d['delta_other_block_model_pct'])}, far kernels at roofline "
+                others = ", ".join(f"`{m}` {_pct(v)}" for m, v in d["delta_other_block_models_pct"].items())
+                lines.append(f"- sensitivity (improvement %): ours {_pct(r.trust.delta)}, other block models "
+                             f"{others}, far kernels at roofline "
                              f"{_pct(d['delta_far_at_roofline_pct'])} ({', '.join(d['far_kernels']) or 'none'}); "
                              f"{100 * d['roofline_share']:.0f} % of the per-task change is on roofline-only tasks")
             lines.append("")

@@ -12,8 +12,22 @@ kernel's makespan on a whole chip), busy cycles W_t^cube, W_t^vec. Parameters: N
      cube, vector:  d_t = (W_t^cube + W_t^vec) / B_t     (the kernel's work, split evenly over its blocks)
      mix:           d_t = max(W_t^cube, W_t^vec / 2) / B_t
    (a cost with no work, e.g. a stub, uses d_t = S_t.) A block holds its core(s) for d_t.
-   Sensitivity variant (`block_model = "span"`): d_t = S_t / ceil(B_t / N_kind), i.e. every task keeps
-   the parallelism pypto found inside the kernel and only the core budget limits overlap.
+   Block models (`block_model`; write w_t for the work above, W_t^cube + W_t^vec or the mix form, and
+   waves_t = ceil(B_t / N_kind)):
+     work:  d_t = w_t / B_t                        (the default above)
+     span:  d_t = S_t / waves_t                    (every task keeps the parallelism pypto found inside the
+                                                    kernel; only the core budget limits overlap)
+     grid:  d_t = max(S_t / waves_t, w_t / B_t)    (the task's own grid bounds its parallelism)
+   Why `grid`: pypto's cost model may spread a kernel's busy cycles over more lanes than the task has
+   blocks (a 1-block kernel whose body is a serial loop is costed on many lanes), but on the chip a task
+   runs on at most min(B_t, N_kind) cores. Alone (rule 5) a task takes max(S_t, waves_t · d_t) =
+   max(S_t, waves_t · w_t / B_t), which is max(S_t, w_t / min(B_t, N_kind)) when B_t <= N_kind or N_kind
+   divides B_t: a 1-block task pays its whole work on one core, and a task whose grid is at least as wide
+   as the lanes pypto used (B_t >= lanes · waves_t, so w_t · waves_t / B_t <= S_t) keeps its span exactly.
+   So grid >= span block by block, and grid = span once the grid covers pypto's lanes.
+   A task without a grid of its own (`SchedTask.grid` false: a rendezvous collective, whose lowering is not
+   an SPMD kernel and whose block count is the default 1, costed by its local part's cost form) keeps the
+   span rule under `grid`: its single block is no statement of how many workers the chip runs it on.
 3. Placement. Time advances from event to event (a block ends, a task becomes ready). At each event the
    ready tasks are served in (r_t, id) order: each places as many of its remaining blocks as its kind has
    free cores (lowest core index first); a task whose kind is full is skipped, so later tasks of another
@@ -38,10 +52,11 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
    K = 0 turns the term off.
 8. Launch. `launch_cycles` L is paid once per call, before the first task: `call = L + makespan`
    (the AICore makespan itself starts at the first task, as the chip's swimlane does).
-The chip model uses `block_model = "span"`: a kernel keeps the parallelism pypto's swimlane shows inside it
-(its busy cycles spread over its lanes), so a task alone takes its span S_t on min(B_t, N_kind) cores,
-not W_t on one core. Its free constants H, c and L are fitted by `dspark calibrate`
-(perf/calibrate.py, perf/calibration/result.json).
+The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto's swimlane shows inside it
+(its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
+its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
+loop: its whole work on one core). `span` and `work` stay selectable as sensitivity variants. Its free
+constants H, c and L are fitted by `dspark calibrate` (perf/calibrate.py, perf/calibration/result.json).
 """
 from __future__ import annotations
 
@@ -57,6 +72,7 @@ from dspark_ir.hardware import HARDWARE, Hardware
 from .costs import DUMMY, KernelCost
 
 CALIBRATION = Path(__file__).parent / "calibration" / "result.json"
+CHIP_BLOCK_MODEL = "grid"
 FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles")   # the chip model's free constants
 
 
@@ -69,6 +85,7 @@ def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
     return {k: float(fitted[k]["value"]) for k in FITTED}
 
 
+BLOCK_MODELS = ("work", "span", "grid")     # rule 2
 NEEDS = {"cube": {"cube": 1}, "vector": {"vector": 1}, "mix": {"cube": 1, "vector": 2}}
 LANE = {"cube": "AIC", "vector": "AIV"}
 
@@ -85,7 +102,7 @@ class ScheduleParams:
     vector_cores: int = HARDWARE.vector_cores
     dispatch_cycles: float = HARDWARE.dispatch_cycles
     clock_hz: float = HARDWARE.clock_hz
-    block_model: str = "work"      # work: d = W / B (rule 2); span: d = S / waves (a sensitivity check)
+    block_model: str = "work"      # rule 2: work d = W / B; span d = S / waves; grid d = max of the two
     hop_cycles: float = 0.0        # rule 6: producer finish -> consumer ready
     block_dispatch_cycles: float = 0.0   # rule 7: one dispatcher's cost to issue one block
     dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
@@ -93,15 +110,15 @@ class ScheduleParams:
     name: str = "legacy"
 
     def __post_init__(self):
-        if self.block_model not in ("work", "span"):
-            raise ScheduleError(f"block_model must be 'work' or 'span', got {self.block_model!r}")
+        if self.block_model not in BLOCK_MODELS:
+            raise ScheduleError(f"block_model must be one of {', '.join(BLOCK_MODELS)}, got {self.block_model!r}")
         if min(self.hop_cycles, self.block_dispatch_cycles, self.launch_cycles, self.dispatchers) < 0:
             raise ScheduleError("hop, block dispatch, launch and dispatchers must be >= 0")
 
     @staticmethod
     def chip(**changes) -> "ScheduleParams":
-        """The calibrated chip model (rules 6-8, span blocks) with the constants `dspark calibrate` fitted."""
-        base = ScheduleParams(block_model="span", dispatchers=HARDWARE.aicpu_schedulers, name="chip",
+        """The calibrated chip model (rules 6-8, grid blocks) with the constants `dspark calibrate` fitted."""
+        base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
                               **fitted_constants())
         return replace(base, **changes)
 
@@ -138,6 +155,7 @@ class SchedTask:
     blocks: int
     deps: tuple[int, ...] = ()
     op: str = ""
+    grid: bool = True            # `blocks` is the task's own SPMD grid (false: a collective without one, rule 2)
 
 
 @dataclass(frozen=True)
@@ -209,21 +227,40 @@ class Schedule:
 def sched_tasks(tg) -> list[SchedTask]:
     """SchedTasks of a lowered TaskGraph."""
     return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
-                      tuple(t.deps), t.op) for t in tg.tasks]
+                      tuple(t.deps), t.op, has_grid(t)) for t in tg.tasks]
+
+
+def has_grid(task) -> bool:
+    """Whether a lowered task's block count is its own grid: every kernel's is (its `blocks` attribute, 1 when
+    absent); a collective's only when it carries a `blocks` attribute (the rendezvous collectives without one
+    are no SPMD kernel of ours: rule 2's `grid` keeps their span)."""
+    return not (task.collective and "blocks" not in task.attrs)
 
 
 def block_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams | None = None) -> float:
-    """d_t of the model (rule 2; with block_model = "span": S_t / ceil(B_t / N_kind), so that a lone
-    task takes exactly its cost-model span whatever its work: the sensitivity variant)."""
+    """d_t of the model (rule 2) under `params.block_model` (work without params)."""
     if task.core == "none" or task.blocks <= 0:
         return 0.0
-    if params is not None and params.block_model == "span":
-        return cost.span / math.ceil(task.blocks / max(params.cores(task.core), 1))
+    model = params.block_model if params is not None else "work"
+    if model == "work":
+        return work_block_cycles(task, cost)
+    per_wave = cost.span / math.ceil(task.blocks / max(params.cores(task.core), 1))
+    if model == "span" or not task.grid:
+        return per_wave
+    return max(per_wave, task_work(task, cost) / task.blocks)
+
+
+def task_work(task: SchedTask, cost: KernelCost) -> float:
+    """w_t of rule 2: the busy cycles one core (group) of the task's kind must run (mix: 1 AIC + 2 AIV)."""
+    if task.core == "mix":
+        return max(cost.work_cube, cost.work_vector / 2)
+    return cost.work_cube + cost.work_vector
+
+
+def work_block_cycles(task: SchedTask, cost: KernelCost) -> float:
     if cost.work_cube + cost.work_vector <= 0:
         return cost.span
-    if task.core == "mix":
-        return max(cost.work_cube, cost.work_vector / 2) / task.blocks
-    return (cost.work_cube + cost.work_vector) / task.blocks
+    return task_work(task, cost) / task.blocks
 
 
 def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> float:

@@ -10,7 +10,7 @@ tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
      points or changes sign;
   R  when it comes mostly from roofline-only tasks (collectives, kernels without a pypto template, failed
      simulations): at least ROOFLINE_SHARE of the summed per-task change of alone time is on such tasks;
-  B  when its sign flips under the other block model (`span` vs `work`, perf/schedule.py).
+  B  when its sign flips under any other block model (`work`, `span`, `grid`: perf/schedule.py rule 2).
 A Δ within ±FLAT points has no sign (a flip needs two signed Δs).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .costs import KernelCost, roofline_cost
-from .schedule import ScheduleParams, sched_tasks, schedule
+from .schedule import BLOCK_MODELS, ScheduleParams, sched_tasks, schedule
 
 FAR_RATIO = 10.0        # a cost-model kernel this many times over its chip roofline is "far" from it
 TOLERANCE = 5.0         # points of Δ: the corpus's acceptance band (perf/cases.py)
@@ -31,7 +31,7 @@ LEGEND = {
          f"both variants it moves > {TOLERANCE:g} points or changes sign)",
     "R": f"the Δ comes mostly (≥ {100 * ROOFLINE_SHARE:.0f} % of the per-task change) from roofline-only tasks "
          "(collectives, untemplated kernels): lower bounds, not simulations",
-    "B": "the sign of the Δ flips under the other block model (`span` vs `work`)",
+    "B": "the sign of the Δ flips under another block model (`work`, `span`, `grid`)",
 }
 
 
@@ -47,6 +47,11 @@ class Trust:
 
     def to_json(self) -> dict:
         return {"delta_pct": self.delta, "flags": list(self.flags), **self.detail}
+
+
+def other_block_models(params: ScheduleParams) -> tuple[str, ...]:
+    """The block models a Δ is checked against (flag B): every one but `params`'."""
+    return tuple(m for m in BLOCK_MODELS if m != params.block_model)
 
 
 def improvement(ref: float, var: float) -> float | None:
@@ -119,8 +124,10 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
     lr = ref_latency if ref_latency is not None else scope_latency(ref, params, globs)
     lv = var_latency if var_latency is not None else scope_latency(var, params, globs)
     delta = improvement(lr, lv)
-    other = replace(params, block_model="span" if params.block_model == "work" else "work")
-    d_block = improvement(scope_latency(ref, other, globs), scope_latency(var, other, globs))
+    d_block = {}
+    for model in other_block_models(params):
+        other = replace(params, block_model=model)
+        d_block[model] = improvement(scope_latency(ref, other, globs), scope_latency(var, other, globs))
     (c_ref, far_ref), (c_var, far_var) = far_at_roofline(ref), far_at_roofline(var)
     d_far = improvement(scope_latency(ref, params, globs, c_ref), scope_latency(var, params, globs, c_var))
     share, changed = roofline_share(ref, var, globs)
@@ -130,8 +137,8 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
         flags.append("F")
     if changed > 0 and share >= ROOFLINE_SHARE:
         flags.append("R")
-    if flips(delta, d_block):
+    if any(flips(delta, d) for d in d_block.values()):
         flags.append("B")
-    return Trust(delta, tuple(flags), {"delta_other_block_model_pct": d_block, "delta_far_at_roofline_pct": d_far,
+    return Trust(delta, tuple(flags), {"delta_other_block_models_pct": d_block, "delta_far_at_roofline_pct": d_far,
                                        "far_kernels": sorted(far_ref | far_var), "roofline_share": share,
                                        "changed_alone_us": changed})

@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=("chip", "legacy"), default="chip",
                    help="schedule model (perf/schedule.py): chip = hop latency, block dispatch and launch floor "
                         "fitted by `dspark calibrate` (default); legacy = the model before issue 16")
+    p.add_argument("--block-model", choices=("work", "span", "grid"), default=None,
+                   help="block rule (perf/schedule.py rule 2) instead of the model's own (chip: grid; legacy: work): "
+                        "work = W / B, span = S / waves, grid = max of the two (a sensitivity variant)")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -119,6 +122,7 @@ def command_line(args: argparse.Namespace) -> str:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     if args.model != "chip":
         line.option("--model", args.model)
+    line.option("--block-model", args.block_model)
     return str(line.option("-o", args.output))
 
 
@@ -178,6 +182,8 @@ def _params(args):
     from perf.schedule import ScheduleParams
 
     params = ScheduleParams.named(args.model)
+    if args.block_model is not None:
+        params = replace(params, block_model=args.block_model)
     return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
 
 
@@ -196,6 +202,9 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
             executor.close()
     line = CommandLine("ab").option("--cases", args.cases).option("--source", args.source).flag(
         "--offline", args.offline)
+    if args.model != "chip":
+        line.option("--model", args.model)
+    line.option("--block-model", args.block_model)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     report.notes.append(f"Reproduce: `{line.option('-o', args.output)}`")

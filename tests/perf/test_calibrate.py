@@ -32,7 +32,7 @@ def test_legacy_model_has_no_chip_terms_and_is_the_default():
 
 def test_chip_model_reads_the_committed_constants():
     chip = ScheduleParams.chip()
-    assert chip.block_model == "span" and chip.dispatchers == 3 and chip.name == "chip"
+    assert chip.block_model == "grid" and chip.dispatchers == 3 and chip.name == "chip"
     assert chip.hop_cycles > 0 and chip.block_dispatch_cycles > 0 and chip.launch_cycles > 0
 
 

@@ -228,7 +228,23 @@ def test_cli_runs_a_case_file(tmp_path, capsys):
     doc = json.loads((out / "cases.json").read_text())
     assert len(doc) == 4 and (out / "cases.md").is_file()
     assert doc[0]["predicted"]["before_us"] > 0
-    assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "span"}
+    assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "grid"}
+
+
+def test_cli_block_model_selects_a_sensitivity_variant(tmp_path, capsys):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    docs = {}
+    for model in ("work", "span", "grid"):
+        out = tmp_path / model
+        assert main(["ab", "--cases", str(path), "--source", "roofline", "--no-progress", "--block-model", model,
+                     "-o", str(out)]) == 0
+        docs[model] = json.loads((out / "cases.json").read_text())
+        assert docs[model][0]["model"]["block_model"] == model
+        assert f"--block-model {model}" in (out / "cases.md").read_text()
+    capsys.readouterr()
+    others = docs["grid"][0]["trust"]["delta_other_block_models_pct"]
+    assert set(others) == {"work", "span"}
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

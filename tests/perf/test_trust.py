@@ -21,9 +21,9 @@ def costs(source_of_split: str, insert_cycles: float = 1800.0):
     return FunctionCosts(fn)
 
 
-def run(source):
+def run(source, params=ScheduleParams()):
     vl = [v for v in variants(["split-writeback-bias"], steps=False)]
-    return run_ab([Case("decode-swa", Shape("tiny"))], source, ScheduleParams(), variant_list=vl).cases[0]
+    return run_ab([Case("decode-swa", Shape("tiny"))], source, params, variant_list=vl).cases[0]
 
 
 def test_a_gain_on_roofline_only_tasks_is_flagged_r():
@@ -70,15 +70,28 @@ def test_trust_of_a_variant_against_itself_is_clean():
     assert roofline_share(r, r) == (0.0, 0.0)
 
 
-def test_a_gain_whose_sign_flips_under_the_other_block_model_is_flagged_b():
-    """The fused insert: a short span but a long one-core work (the `work` model pays the work, `span` the span);
-    the split tasks cost the same in both. So the split wins under `work` and loses under `span`."""
+def fused_insert_costs():
+    """The fused insert: a short span but a long one-core work (the `work` and `grid` models pay the work of its
+    one block, `span` the span); the split tasks cost the same in every model."""
     def fn(task):
         n = max(task.blocks, 1)
         if task.name == "swa.swa_cache_insert_valid_bias":
             return KernelCost("pypto", 1800.0, 0.0, 2e6)
         cyc = 1e5 if task.name in SPLIT else 1800.0
         return KernelCost("pypto", cyc, *((cyc * n, 0.0) if task.core == "cube" else (0.0, cyc * n)))
+    return FunctionCosts(fn)
 
-    t = run(FunctionCosts(fn)).trust["+split-writeback-bias"]
-    assert t.delta > 0 > t.detail["delta_other_block_model_pct"] and "B" in t.flags
+
+def test_a_gain_whose_sign_flips_under_the_other_block_model_is_flagged_b():
+    """So the split wins under `work` and `grid` and loses under `span`."""
+    t = run(fused_insert_costs()).trust["+split-writeback-bias"]
+    others = t.detail["delta_other_block_models_pct"]
+    assert set(others) == {"span", "grid"}
+    assert t.delta > 0 > others["span"] and others["grid"] > 0 and "B" in t.flags
+
+
+def test_the_b_flag_checks_the_grid_rule_too():
+    """Under `span` the split loses; `grid` (like `work`) says it wins: flagged, and grid is among the checks."""
+    t = run(fused_insert_costs(), ScheduleParams(block_model="span")).trust["+split-writeback-bias"]
+    others = t.detail["delta_other_block_models_pct"]
+    assert set(others) == {"work", "grid"} and t.delta < 0 < others["grid"] and "B" in t.flags
