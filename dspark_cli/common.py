@@ -29,6 +29,9 @@ def add_layer_arguments(p: argparse.ArgumentParser) -> None:
                         "request's chunk is tp·T tokens, context-parallel")
     p.add_argument("--start", type=int, default=None,
                    help="prefill layers: the chunk's first position (earlier chunks in the caches; default 0)")
+    p.add_argument("--context", default=None, metavar="N",
+                   help="decode-csa / decode-hca: max_context, the bound on kv_seq_len (K = 1024: 8K, 128K); beyond "
+                        "the cache capacity (flash 8K, tiny 256) the layer's caches grow to hold it")
 
 
 def add_executor_arguments(p: argparse.ArgumentParser) -> None:
@@ -156,8 +159,9 @@ def load_graph(args: argparse.Namespace) -> Graph:
 
     target = args.target
     if is_graph_file(target):
-        if getattr(args, "ep", None) is not None:
-            raise UsageError("applies to a layer name, not a file", "--ep")
+        for flag in ("ep", "context"):
+            if getattr(args, flag, None) is not None:
+                raise UsageError("applies to a layer name, not a file", f"--{flag}")
         return parse_file(target).entry
     from dspark_ir import layers
 
@@ -169,6 +173,15 @@ def load_graph(args: argparse.Namespace) -> Graph:
             if name not in layers.layer_params(target):
                 raise UsageError(f"applies to the prefill layers only, not '{target}'", f"--{name}")
             params[name] = value
+    if getattr(args, "context", None) is not None:
+        from perf.sweep import parse_values
+
+        if "max_context" not in layers.layer_params(target):
+            raise UsageError(f"applies to decode-csa and decode-hca only, not '{target}'", "--context")
+        values = parse_values(args.context, "--context")
+        if len(values) != 1:
+            raise UsageError(f"one value, got '{args.context}' (dspark sweep --context takes a list)", "--context")
+        params["max_context"] = values[0]
     return layers.build(target, config=args.config, tp=args.tp, batch=getattr(args, "batch", None),
                         seq=getattr(args, "seq", None), **params)
 

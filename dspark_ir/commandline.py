@@ -41,7 +41,8 @@ class CommandLine:
     def flag(self, flag: str, on: bool) -> "CommandLine":
         return self.add(flag) if on else self
 
-    def layer(self, args: argparse.Namespace, options: Sequence[str] = ("tp", "batch", "seq")) -> "CommandLine":
+    def layer(self, args: argparse.Namespace,
+              options: Sequence[str] = ("tp", "batch", "seq", "context")) -> "CommandLine":
         """The layer options (add_layer_arguments) of a layer-name target: --config always, the others when given;
         nothing for a .dsir file."""
         if args.target.endswith(".dsir"):

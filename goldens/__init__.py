@@ -13,7 +13,7 @@ import importlib
 _HOME = {
     **dict.fromkeys([
         "CacheGeometry", "ConfigError", "ModelConfig", "TileConfig", "cache_geometry", "config_by_name",
-        "layer_kinds", "tiles_for"
+        "layer_kinds", "tiles_for", "with_context"
     ], "config"),
     **dict.fromkeys([
         "input_specs", "make_inputs", "make_rank_inputs", "merge_rank_inputs", "output_specs",

@@ -12,6 +12,7 @@ TINY notes:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 
@@ -61,6 +62,7 @@ class ModelConfig:
     yarn_orig: int
     yarn_beta_fast: float
     yarn_beta_slow: float
+    context: int = 0   # cache capacity in tokens per request; 0 = the default, min(max_pos, 4·csa_ratio·idx_topk)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -153,7 +155,7 @@ def _resolve_batch(cfg: ModelConfig, overrides: dict) -> dict:
     return overrides
 
 
-_NON_NEGATIVE = ("n_hash_layers", "n_shared", "yarn_orig", "swiglu_limit")
+_NON_NEGATIVE = ("n_hash_layers", "n_shared", "yarn_orig", "swiglu_limit", "context")
 
 
 def _validate(cfg: ModelConfig) -> None:
@@ -185,6 +187,7 @@ def _rules(c: ModelConfig):
         (c.max_pos % c.block_size == 0, "block_size", f"{c.block_size} does not divide max_pos={c.max_pos}"),
         (c.idx_topk <= c.score_len, "idx_topk", f"{c.idx_topk} > score_len={c.score_len}"),
         (c.window <= c.max_pos, "window", f"{c.window} > max_pos={c.max_pos}"),
+        (c.context <= c.max_pos, "context", f"{c.context} > max_pos={c.max_pos}"),
         (c.seq <= c.hca_ratio, "seq", f"S={c.seq} > hca_ratio={c.hca_ratio} (≤ 1 HCA boundary per step)"),
         (c.seq <= c.window, "seq", f"S={c.seq} > window={c.window}"),
     ]
@@ -331,7 +334,8 @@ def tiles_for(cfg: ModelConfig) -> TileConfig:
         (cfg.hc_dim % (4 * tiles.LINEAR_OK) == 0, "hidden", "hc_dim must split into LINEAR_OK groups of 4"),
         (cfg.hc_dim % tiles.RMS_K_CHUNK == 0, "hidden", f"hc_dim must be a multiple of {tiles.RMS_K_CHUNK}"),
         (tiles.H_TILE % cfg.heads_per_group == 0, "o_groups", "H_TILE must be a multiple of heads_per_group"),
-        (tiles.SCORE_LEN == cfg.score_len, "max_pos", f"score_len must be SCORE_LEN={tiles.SCORE_LEN}"),
+        (tiles.SCORE_LEN == cfg.score_len or (cfg.context > 0 and cfg.score_len > tiles.SCORE_LEN), "max_pos",
+         f"score_len must be SCORE_LEN={tiles.SCORE_LEN} (a longer one only with a grown context: with_context)"),
     ]
     for ok, field, message in checks:
         if not ok:
@@ -344,9 +348,10 @@ class CacheGeometry:
     """Shapes of the paged caches that make_inputs builds for one rank (B = cfg.batch requests).
 
     Every request gets its own table row of `*_blocks` logical pages; pools hold batch·blocks pages of
-    block_size rows, so shapes depend on the config only. `ctx_cap` bounds kv_seq_len: min(max_pos,
-    4·csa_ratio·idx_topk) (TINY 256, FLASH 8192), enough for the long_cache regime. Compressor state is a ring
-    of `*_state_blocks` pages per request (dsv4-math §10: block % block_count).
+    block_size rows, so shapes depend on the config only. `ctx_cap` bounds kv_seq_len: the config's `context`
+    when set (`with_context`), else min(max_pos, 4·csa_ratio·idx_topk) (TINY 256, FLASH 8192), enough for the
+    long_cache regime. Compressor state is a ring of `*_state_blocks` pages per request (dsv4-math §10:
+    block % block_count): it does not grow with the context.
     """
 
     ctx_cap: int
@@ -364,7 +369,7 @@ class CacheGeometry:
 
 
 def cache_geometry(cfg: ModelConfig) -> CacheGeometry:
-    cap = min(cfg.max_pos, 4 * cfg.csa_ratio * cfg.idx_topk)
+    cap = cfg.context or min(cfg.max_pos, 4 * cfg.csa_ratio * cfg.idx_topk)
     bs = cfg.block_size
     return CacheGeometry(
         ctx_cap=cap,
@@ -376,6 +381,20 @@ def cache_geometry(cfg: ModelConfig) -> CacheGeometry:
         block_size=bs,
         batch=cfg.batch,
     )
+
+
+def with_context(cfg: ModelConfig, context: int) -> ModelConfig:
+    """`cfg` whose caches hold `context` tokens per request, when that is more than they hold (else `cfg`): the
+    page tables and pools follow from it (cache_geometry), and so does the position ceiling max_pos (RoPE table
+    rows, the indexer's score_len = max_pos // csa_ratio), raised to `context` rounded up to a multiple of both
+    ratios and the page size, as upstream's MAX_SEQ_LEN = max_position_embeddings sizes those (its HCA decode
+    took a 1M ceiling of its own, pypto-lib #1008)."""
+    if context <= 0:
+        raise ConfigError(f"context: must be positive, got {context}")
+    if context <= cache_geometry(cfg).ctx_cap:
+        return cfg
+    unit = math.lcm(cfg.csa_ratio, cfg.hca_ratio, cfg.block_size)
+    return cfg.with_(context=context, max_pos=max(cfg.max_pos, _ceil_div(context, unit) * unit))
 
 
 def _state_blocks(cfg: ModelConfig, rows_per_entry: int) -> int:

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    line = CommandLine("lower", args.target).layer(args, ("tp", "batch", "seq", "ep"))
+    line = CommandLine("lower", args.target).layer(args, ("tp", "batch", "seq", "ep", "context"))
     line.option("-p", args.pipeline or None).environment(bool(args.pipeline))
     for flag in ("cycles", "compile", "static"):
         line.flag(f"--{flag}", getattr(args, flag))

@@ -194,6 +194,8 @@ def graph_config(g: Graph):
         if key not in attrs:
             raise LayerError(f"graph '@{g.name}' has no '{key}' attribute; it is not a layer graph")
     cfg = resolve_config(attrs["config"], int(attrs["tp"]), g.symbols.get("B"), g.symbols.get("S"))
+    if attrs.get("max_context"):
+        cfg = gc.with_context(cfg, int(attrs["max_context"]))
     ep = attrs.get("ep")
     if ep is not None and int(ep) != cfg.ep:
         try:

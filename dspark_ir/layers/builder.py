@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from goldens.config import cache_geometry, tiles_for
+from goldens.config import ConfigError as GoldensConfigError
+from goldens.config import cache_geometry, tiles_for, with_context
 
 from ..dims import Dim, Sym, dim
+from ..errors import ConfigError
 from ..graph import Graph, Value
 from ..types import TensorType
 
@@ -25,6 +27,22 @@ class GraphBuilder:
         attributes = {"layer": layer, "config": cfg.name, "tp": cfg.tp, "ranks": cfg.tp, "kind": kind}
         self.graph = Graph(graph_name or layer.replace("-", "_"), symbols, attributes)
         self.T, self.B, self.S = Sym("T"), Sym("B"), Sym("S")
+
+    def set_context(self, max_context: int | None) -> None:
+        """Record the caller's bound on kv_seq_len (graph attribute `max_context`). Beyond the cache capacity the
+        layer's caches grow to hold it (goldens.config.with_context: page tables, pools, max_pos); call before
+        declaring the parameters. Below it the caches keep their shape and only the static bounds tighten."""
+        if max_context is None:
+            return
+        self.graph.attributes["max_context"] = int(max_context)
+        if max_context <= self.geo.ctx_cap:
+            return
+        try:
+            self.cfg = with_context(self.cfg, int(max_context))
+        except GoldensConfigError as e:
+            raise ConfigError(f"max_context: {e}") from None
+        self.geo = cache_geometry(self.cfg)
+        self.tiles = tiles_for(self.cfg)
 
     @property
     def ranks(self) -> int:

@@ -78,11 +78,11 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It tightens
     `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks; idx.score then reads only the
     pages below it, idx.topk sorts only max(k, max_visible) entries) and, when blocks of csa.qk_pv can hold no
-    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks).
+    valid row, sets its `live_blocks` (the partials, and so the merge, cover only those blocks). Beyond the cache
+    capacity (FLASH 8K) the caches and the indexer's score_len grow to hold it (GraphBuilder.set_context).
     token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
     padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T)."""
-    if max_context is not None:
-        b.graph.attributes["max_context"] = int(max_context)
+    b.set_context(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
     T, B, HD, IHD, r = b.T, b.B, c.head_dim, c.idx_head_dim, c.csa_ratio
     p = attention_params(b)

@@ -31,14 +31,14 @@ from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity: int | None = None,
               cmp_pages_per_work: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It bounds the
-    number of compressed work items (`works` on hca.hca_cmp_work_gather).
+    number of compressed work items (`works` on hca.hca_cmp_work_gather); beyond the cache capacity (FLASH 8K)
+    the caches grow to hold it (GraphBuilder.set_context), e.g. 131072 for the 128K-context cases.
     token_capacity: the seed's TP1 token capacity (LOCAL_T) when the step holds fewer tokens (rows mostly
     padding): the O projection's proj_b then covers the padded rows as before pypto-lib #1226 (default: T).
     cmp_pages_per_work: cache pages per compressed work item, i.e. hca_cmp_qk_pv's K tile in pages (default: the
     tiles' CMP_PAGES_PER_WORK). 1 is the seed's TP1 form before pypto-lib #1228 (a 32-row K tile per page at
     flash), which the `hca-cmp-wide-k-tile` pass widens."""
-    if max_context is not None:
-        b.graph.attributes["max_context"] = int(max_context)
+    b.set_context(max_context)
     c, t, geo = b.cfg, b.tiles, b.geo
     T, B, HD, R = b.T, b.B, c.head_dim, c.hca_ratio
     p = attention_params(b)

@@ -11,7 +11,7 @@ DESIGN_FIELDS = (
     "name hidden heads head_dim rope_dim q_lora o_lora o_groups window idx_heads idx_head_dim idx_topk hc_mult "
     "sinkhorn_iters hc_eps rms_eps vocab n_experts topk_experts n_shared moe_inter routed_scale swiglu_limit "
     "n_hash_layers csa_ratio hca_ratio block_size max_pos decode_batch seq tp ep rope_theta compress_rope_theta "
-    "yarn_factor yarn_orig yarn_beta_fast yarn_beta_slow"
+    "yarn_factor yarn_orig yarn_beta_fast yarn_beta_slow context"
 ).split()
 
 

@@ -2,8 +2,8 @@
 TP1 form before pypto-lib #1228), the contract approx(2e-2, 2e-2) holds at TP1 (and, with max_tp = 4, at TP2/TP4)
 for 3 seeds, the result is the graph the layer builds with the tiles' pages per item (the goldens' form) and holds
 the golden; a no-op that explains itself on the default graphs (items already wide), at TP > max_tp and on the
-layers without a compressed branch. Flash TP1 at 8K and 128K context: T·works blocks 4x fewer. A planted fault
-(the per-page mask lost) breaks the contract. Before/after cases: tests/passes/hca-cmp-wide-k-tile/."""
+layers without a compressed branch. Flash TP1 at 8K and 128K context: T·works blocks fewer (2 → 1, 32 → 8). A
+planted fault (the per-page mask lost) breaks the contract. Before/after cases: tests/passes/hca-cmp-wide-k-tile/."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -82,22 +82,17 @@ def test_planted_fault_lost_page_mask_breaks_the_contract():
     assert not np.array_equal(before_out[g.returns[0].name], after_out[after.returns[0].name])
 
 
-@pytest.mark.parametrize("context, works", [(4096, (1, 1)), (8192, (2, 1))])
+@pytest.mark.parametrize("context, works", [(4096, (1, 1)), (8192, (2, 1)), (131072, (32, 8))])
 def test_fires_at_flash_tp1(context, works):
     """8K context: 64 visible compressed rows per request, 2 one-page items → 1 item of 128 rows (T·2 → T·1
-    blocks); at 4K the 32 rows are one item either way (only the K tile changes: 32 → 128 rows). 128K is beyond
-    the flash cache geometry (ctx_cap = 8192: max_context is clamped to it, same graph as 8K)."""
+    blocks); at 4K the 32 rows are one item either way (only the K tile changes: 32 → 128 rows); at 128K (the
+    caches grown to hold it) 1024 rows: 32 one-page items → 8 (T·32 → T·8 blocks)."""
     g = layers.build("decode-hca", config="flash", tp=1, batch=16, seq=8, max_context=context, cmp_pages_per_work=1)
     T = g.env["T"]
-    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False))
+    # at 128K the golden inputs of --check-numerics are GiBs (the contract is checked on tiny): the graph only
+    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False, check_numerics=False if context > 8192 else None))
     assert statuses(result) == {PASS: "changed"}
     for graph, n, rows in ((g, works[0], 32), (result.graph, works[1], 128)):
         qk = graph.nodes[QK]
         assert qk.opdef is HcaCmpQkPv and qk.attrs["work_rows"] == rows
         assert qk.attrs["blocks"].value(graph.env) == T * n
-
-
-def test_128k_is_clamped_to_the_flash_cache_geometry():
-    build = lambda ctx: layers.build("decode-hca", config="flash", tp=1, batch=16, seq=8,  # noqa: E731
-                                     max_context=ctx, cmp_pages_per_work=1)
-    assert build(131072).nodes[QK].attrs["blocks"] == build(8192).nodes[QK].attrs["blocks"]
