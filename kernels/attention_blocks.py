@@ -130,6 +130,10 @@ class PtoWindowAttn:
                 self._flat()
                 self._token("r1")
 
+    def key_row(self, tok: str) -> str:
+        """The first row of token `tok`'s keys in kf (the rows reshaped to 2-D): its own W rows."""
+        return f"({tok}) * {self.window}"
+
     def _flat(self) -> None:
         """qf, kf = q, rows reshaped in place to 2-D, in the loop body (at the top of the kernel the reshape's
         dependency fan-out to every task delays them)."""
@@ -157,9 +161,9 @@ class PtoWindowAttn:
 
     def _pv(self, tok: str, a: int, pb: str) -> None:
         """oi [H, HD] = bf16(p)ᵀ·K of key tile a of token tok."""
-        src, n, w, hd = self.src, self.k_tile, self.window, self.hd
+        src, n, hd = self.src, self.k_tile, self.hd
         src(f"pypto.set_cube_tile_shapes({pto_cube_wide(self.heads, n, hd, deep=True)})")
-        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), pypto.DT_FP32, "
+        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), pypto.DT_FP32, "
             "a_trans=True)")
 
     def _store_o(self, tok: str, parts) -> None:
@@ -174,10 +178,10 @@ class PtoWindowAttn:
         src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
 
     def _token(self, tok: str) -> None:
-        src, h, hd, n, w = self.src, self.heads, self.hd, self.k_tile, self.window
+        src, h, hd, n = self.src, self.heads, self.hd, self.k_tile
         for i, a in enumerate(self.tiles):
             src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True)})")
-            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
+            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), "
                 f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
             self.scope += 1
             pto_scope(src, self.scope)
