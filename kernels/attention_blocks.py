@@ -42,7 +42,7 @@ def pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128)
         tm //= 2
     tk = min(512, max(16, -(-k // 16) * 16))
     while (tm * tk * 2 > L0A_BYTES or tk * tn * 2 > L0B_BYTES) and tk > 16:
-        tk //= 2
+        tk = max(16, tk // 32 * 16)  # halved, kept a multiple of 16 (pypto: "kL0 … must be aligned to 16")
     tk1 = tk
     while deep and tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 4 <= _PTO_L1_BYTES:
         tk1 *= 2
@@ -114,6 +114,7 @@ class PtoWindowAttn:
         self.tile = pto_key_tile(h, k_tile)
         self.o_tile = pto_head_tile(1, h, self.hd, 2 * PTO_TILE_ELEMS)[1:]
         self.scope = 0
+        self.score_rows = 128    # key rows of one L0C tile of the q·Kᵀ scores (tm_max of pto_cube_wide)
 
     def emit(self) -> None:
         src, n, br = self.src, self.ntok, _PTO_QK_ROWS
@@ -180,7 +181,7 @@ class PtoWindowAttn:
     def _token(self, tok: str) -> None:
         src, h, hd, n = self.src, self.heads, self.hd, self.k_tile
         for i, a in enumerate(self.tiles):
-            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True)})")
+            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True, tm_max=self.score_rows)})")
             src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), "
                 f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
             self.scope += 1

@@ -368,11 +368,15 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         self.idx, self.seq, self.width = idx, seq, idx.shape[1]
         super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row)
         self.pair = False
+        # all W + S − 1 key rows in one L0C tile: scores split over two tiles are assembled by an op that pypto
+        # 0.2.0's GraphPartition merges with the vector scope ("different OpCoreType in building SuperNode")
+        self.score_rows = -(-self.window // 16) * 16
 
     def emit(self) -> None:
         src, seq = self.src, self.seq
         with src.block(f'for b in pypto.loop(0, {self.ntok // seq}, 1, name="req_loop", idx_name="b"):'):
             self._flat()
+            _pto_request_iotas(src, self.width, self.window)
             for k in range(seq):
                 self.k = k
                 self._token(f"b * {seq} + {k}")
@@ -381,22 +385,22 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         return f"b * {self.window}"
 
     def _valid_row(self, tok: str, a: int, n: int, r: int) -> None:
-        src, w, k = self.src, self.width, self.k
-        _pto_request_iotas(src, w, n)
+        """vr [1, n]: column j − d_t of the token's index row where 0 ≤ j − d_t < W, else −1 (a gather along the
+        row; d_t = 0 for the request's first token)."""
+        src, w, k, seq = self.src, self.width, self.k, self.seq
         _pto_row_extent(src, self.idx, tok, w, "et")
+        if k:
+            _pto_row_extent(src, self.idx, f"b * {seq}", w, "e0")
         pto_set_tile(src, [1, _pto_lanes(n)])
-        if k == 0:
-            src("jd = jn")
+        if k:
+            src(f"dt = pypto.maximum(pypto.minimum(pypto.add(pypto.sub(pypto.expand_clone(e0, [1, {n}]), "
+                f"pypto.expand_clone(et, [1, {n}])), {float(k)!r}), {float(seq - 1)!r}), 0.0)")
+            src("js = pypto.sub(jn, dt)")
         else:
-            _pto_row_extent(src, self.idx, f"b * {self.seq}", w, "e0")
-            pto_set_tile(src, [1, 8])
-            src(f"dt = pypto.maximum(pypto.minimum(pypto.add(pypto.sub(e0, et), {float(k)!r}), "
-                f"{float(self.seq - 1)!r}), 0.0)")
-            pto_set_tile(src, [1, _pto_lanes(n)])
-            src(f"jd = pypto.sub(jn, pypto.expand_clone(dt, [1, {n}]))")
-        src(f"jc = {cast_expr(f'pypto.maximum(pypto.minimum(jd, {float(w - 1)!r}), 0.0)', 'f32', 'i32')}")
-        src("vr = pypto.where(pypto.ge(jd, 0.0), pypto.gather(etv, 1, jc), -1.0)")
-        src(f"vr = pypto.where(pypto.lt(jd, {float(w)!r}), vr, -1.0)")
+            src("js = jn")
+        src(f"jc = {cast_expr(f'pypto.maximum(pypto.minimum(js, {float(w - 1)!r}), 0.0)', 'f32', 'i32')}")
+        src("vr = pypto.where(pypto.ge(js, 0.0), pypto.gather(etv, 1, jc), -1.0)")
+        src(f"vr = pypto.where(pypto.lt(js, {float(w)!r}), vr, -1.0)")
 
 
 @template(HcaRawAttnRequest)
