@@ -315,9 +315,10 @@ def pypto_hca_request_kv_gather(spec: KernelSpec) -> str:
     first token's row up to its extent e_0, then token k's newest index at column e_0 + k − 1, −1 elsewhere: the
     extents and newest indices as row maxima, exact), then ONE `index_select` of the cache rows by the clamped
     list (the whole list in one tile, see the notes above), zero where ridx = −1, stored at out[b].
-    `contiguous` (pypto-lib #1170 (a)) changes nothing here: pypto 0.2.0 has no runtime branch on a value computed
-    in the kernel (a scalar read needs an input tensor), and the index_select already moves the rows in one copy
-    per request, so both forms are this kernel."""
+    `contiguous` (pypto-lib #1170 (a)): first a runtime check on scalars read from `indices` (the first token's W
+    indices are first … first + W − 1 with first ≥ 0, and token k's last column holds first + W − 1 + k: exactly
+    when the row list is first … first + W + S − 2), and when it holds one copy of that cache run instead; the
+    values are the reference's either way."""
     spec = spec.static()
     cache, idx = spec.operands
     out = spec.results[0]
@@ -327,35 +328,61 @@ def pypto_hca_request_kv_gather(spec: KernelSpec) -> str:
     d_tile = d
     while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
         d_tile //= 2
-    lanes = _pto_lanes(n)
     src = Src(spec.signature())
     with src.block(f'for b in pypto.loop(0, {ntok // seq}, 1, name="req_loop", idx_name="b"):'):
-        pto_scope(src, 1)
-        _pto_request_iotas(src, width, n)
-        for k in range(seq):
-            _pto_row_extent(src, idx, f"b * {seq} + {k}", width, f"e{k}")
-            pto_set_tile(src, [1, lanes])
-            if k == 0:
-                src("e0x = pypto.expand_clone(e0, [1, " + str(n) + "])")
-                src(f"hi = {cast_expr(f'pypto.minimum(jn, {float(width - 1)!r})', 'f32', 'i32')}")
-                src("ridx = pypto.where(pypto.lt(jn, e0x), pypto.gather(e0v, 1, hi), -1.0)")
-                continue
-            pto_set_tile(src, [1, _pto_lanes(width)])
-            src(f"nk = pypto.amax(pypto.where(pypto.eq(jw, pypto.expand_clone(e{k}, [1, {width}])), e{k}v, -1.0), "
-                "-1, keepdim=True)")
-            pto_set_tile(src, [1, lanes])
-            src(f"ridx = pypto.where(pypto.eq(jn, pypto.add(e0x, {float(k - 1)!r})), "
-                f"pypto.expand_clone(nk, [1, {n}]), ridx)")
-        src(f"ci = {cast_expr('pypto.maximum(ridx, 0.0)', 'f32', 'i32')}")
-        pto_set_tile(src, [1, n, 8])
-        src(f"ok = pypto.reshape(ridx, [1, {n}, 1])")
-        pto_set_tile(src, [1, n, d_tile])  # the whole row list in one tile
-        src(f"g = pypto.index_select({cache.name}, 0, ci)")
-        where = f"pypto.where(pypto.ge(ok, 0.0), {cast_expr('g', cache.dtype, 'f32')}, 0.0)"
-        src(f"y = {cast_expr(where, 'f32', out.dtype)}")
-        src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
-        pto_scope(src, -1)
+        if spec.attrs.get("contiguous"):
+            _pto_request_run_check(src, idx, seq, width)
+            with src.block("if run == 1:"):
+                pto_set_tile(src, [1, n, d_tile])
+                src(f"y = pypto.reshape(pypto.view({cache.name}, [{n}, {d}], [first, 0]), [1, {n}, {d}])")
+                src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
+            with src.block("else:"):
+                _pto_request_row_gather(src, cache, idx, out, seq, d_tile)
+        else:
+            _pto_request_row_gather(src, cache, idx, out, seq, d_tile)
     return src.text()
+
+
+def _pto_request_run_check(src: Src, idx, seq: int, width: int) -> None:
+    """run (a scalar) = 1 when request b's row list is the cache run first … first + W + S − 2 (first ≥ 0): index
+    scalars of the input, compared one by one (like upstream's bulk check)."""
+    src(f"first = {idx.name}[b * {seq}, 0]")
+    src("run = pypto.min(pypto.max(first + 1, 0), 1)")
+    for j in range(1, width):
+        src(f"run = run * ({idx.name}[b * {seq}, {j}] == first + {j})")
+    for k in range(1, seq):
+        src(f"run = run * ({idx.name}[b * {seq} + {k}, {width - 1}] == first + {width - 1 + k})")
+
+
+def _pto_request_row_gather(src: Src, cache, idx, out, seq: int, d_tile: int) -> None:
+    """The row-run form: request b's row list built in f32, one index_select of it, zero where it is −1."""
+    width = idx.shape[1]
+    n, lanes = width + seq - 1, _pto_lanes(width + seq - 1)
+    pto_scope(src, 1)
+    _pto_request_iotas(src, width, n)
+    for k in range(seq):
+        _pto_row_extent(src, idx, f"b * {seq} + {k}", width, f"e{k}")
+        pto_set_tile(src, [1, lanes])
+        if k == 0:
+            src("e0x = pypto.expand_clone(e0, [1, " + str(n) + "])")
+            src(f"hi = {cast_expr(f'pypto.minimum(jn, {float(width - 1)!r})', 'f32', 'i32')}")
+            src("ridx = pypto.where(pypto.lt(jn, e0x), pypto.gather(e0v, 1, hi), -1.0)")
+            continue
+        pto_set_tile(src, [1, _pto_lanes(width)])
+        src(f"nk = pypto.amax(pypto.where(pypto.eq(jw, pypto.expand_clone(e{k}, [1, {width}])), e{k}v, -1.0), "
+            "-1, keepdim=True)")
+        pto_set_tile(src, [1, lanes])
+        src(f"ridx = pypto.where(pypto.eq(jn, pypto.add(e0x, {float(k - 1)!r})), "
+            f"pypto.expand_clone(nk, [1, {n}]), ridx)")
+    src(f"ci = {cast_expr('pypto.maximum(ridx, 0.0)', 'f32', 'i32')}")
+    pto_set_tile(src, [1, n, 8])
+    src(f"ok = pypto.reshape(ridx, [1, {n}, 1])")
+    pto_set_tile(src, [1, n, d_tile])  # the whole row list in one tile
+    src(f"g = pypto.index_select({cache.name}, 0, ci)")
+    where = f"pypto.where(pypto.ge(ok, 0.0), {cast_expr('g', cache.dtype, 'f32')}, 0.0)"
+    src(f"y = {cast_expr(where, 'f32', out.dtype)}")
+    src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
+    pto_scope(src, -1)
 
 
 class _PtoRequestWindowAttn(PtoWindowAttn):

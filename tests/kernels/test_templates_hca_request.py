@@ -1,5 +1,6 @@
 """The pypto 0.2.0 templates of the raw-kv-gather-per-request pass's ops (kernels/sparse.py): `hca_request_kv_gather`
-(row-run and `contiguous` forms) and `hca_raw_attn_request`, run in pypto on CPU against the numpy reference.
+(row-run and `contiguous` forms: the latter copies a
+request's rows as one cache run when its index scalars say they are one, else takes the row-run path) and `hca_raw_attn_request`, run in pypto on CPU against the numpy reference.
 
 Cases (head_dim 64): the layer's index contract (each token's window oldest first with a −1 tail, a request's tokens at
 consecutive positions, rows through a paged table) with a request whose window starts before position 0, one at the
@@ -22,13 +23,14 @@ pytestmark = pytest.mark.pypto
 HEAD_DIM, HEADS, CACHE_ROWS, PAGE = 64, 8, 96, 8
 
 
-def _contract_indices(starts: list[int], seq: int, width: int, rng) -> np.ndarray:
+def _contract_indices(starts: list[int], seq: int, width: int, rng, in_order: int = 0) -> np.ndarray:
     """i32 [B·S, W]: token k of request b at position starts[b] + k sees positions max(0, p − W + 1) … p, oldest
-    first, −1 tail; position → cache row through a random page table."""
+    first, −1 tail; position → cache row through a random page table (the identity for the first `in_order`
+    requests: their full windows are one cache run)."""
     pages = rng.permutation(CACHE_ROWS // PAGE)
     rows = []
     for b, p0 in enumerate(starts):
-        table = np.roll(pages, 3 * b)
+        table = np.arange(len(pages)) if b < in_order else np.roll(pages, 3 * b)
         for k in range(seq):
             p = p0 + k
             pos = np.arange(max(0, p - width + 1), p + 1)
@@ -48,6 +50,8 @@ def _free_indices(tokens: int, width: int, rng) -> np.ndarray:
 CASES = {
     "contract_s4": (4, 16, lambda rng: _contract_indices([0, 13, 40, 5], 4, 16, rng)),   # before 0, boundary, full
     "contract_s1": (1, 16, lambda rng: _contract_indices([0, 3, 30], 1, 16, rng)),
+    # runs (full windows in page order), a window before 0 in page order (no run), a full window across pages
+    "contract_runs_s4": (4, 16, lambda rng: _contract_indices([40, 0, 17, 44], 4, 16, rng, in_order=3)),
     "free_s2": (2, 16, lambda rng: _free_indices(6, 16, rng)),
 }
 FORMS = {"rows": "false", "contiguous": "true"}
@@ -101,6 +105,20 @@ def batch():
             jobs[(case, kind)] = _job(text, inputs)
     results = run_jobs(list(jobs.values()), 900, workers=2)
     return {key: (job, res) for (key, job), res in zip(jobs.items(), results)}
+
+
+def _is_run(idx: np.ndarray, seq: int) -> list[bool]:
+    """Per request: its row list is one cache run (the contiguous kernel's one-copy branch)."""
+    from dspark_ir.semantics.sparse import request_window_rows
+
+    ridx = request_window_rows(idx, seq)
+    return [bool(r[0] >= 0 and np.array_equal(r, r[0] + np.arange(len(r)))) for r in ridx]
+
+
+def test_the_run_case_exercises_both_branches():
+    seq, width, make = CASES["contract_runs_s4"]
+    assert _is_run(make(np.random.default_rng(list(CASES).index("contract_runs_s4"))), seq) == [True, False, True,
+                                                                                                  False]
 
 
 def _ok(res):
