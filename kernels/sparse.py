@@ -394,7 +394,7 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
     def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float):
         self.idx, self.seq, self.width = idx, seq, idx.shape[1]
         super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row)
-        self.pair = False
+        self.pair, self.iotas = False, False
         # all W + S − 1 key rows in one L0C tile: scores split over two tiles are assembled by an op that pypto
         # 0.2.0's GraphPartition merges with the vector scope ("different OpCoreType in building SuperNode")
         self.score_rows = -(-self.window // 16) * 16
@@ -403,10 +403,33 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         src, seq = self.src, self.seq
         with src.block(f'for b in pypto.loop(0, {self.ntok // seq}, 1, name="req_loop", idx_name="b"):'):
             self._flat()
-            _pto_request_iotas(src, self.width, self.window)
-            for k in range(seq):
-                self.k = k
-                self._token(f"b * {seq} + {k}")
+            for k in range(0, seq - 1, 2):
+                self._request_pair(k)
+            if seq % 2:
+                self.k, self.iotas = seq - 1, False
+                self._token(f"b * {seq} + {seq - 1}")
+
+    def _request_pair(self, k: int) -> None:
+        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
+        tokens' scores side by side), one softmax task (each token's validity row, softmax, m and l), two P·V."""
+        src, h, hd, n, seq = self.src, self.heads, self.hd, self.k_tile, self.seq
+        tok = f"b * {seq} + {k}"
+        src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, 2 * h, deep=True, tm_max=self.score_rows)})")
+        src(f"st2 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
+            f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+        self.scope += 1
+        pto_scope(src, self.scope)
+        self.iotas = False
+        for u in range(2):
+            self.k = k + u
+            self._validity(f"b * {seq} + {k + u}", 0, 1)
+            self._softmax(0, f"pypto.view(st2, [{n}, {h}], [0, {u * h}])", f"pb{u}")
+            self._store_ml(f"{tok} + {u}", "mr", "lr")
+        pto_scope(src, -1)
+        for u in range(2):
+            self._pv(f"{tok} + {u}", 0, f"pb{u}")
+            src(f"oi{u} = oi")
+        self._store_o(tok, ["oi0", "oi1"])
 
     def key_row(self, tok: str) -> str:
         return f"b * {self.window}"
@@ -415,6 +438,9 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         """vr [1, n]: column j − d_t of the token's index row where 0 ≤ j − d_t < W, else −1 (a gather along the
         row; d_t = 0 for the request's first token)."""
         src, w, k, seq = self.src, self.width, self.k, self.seq
+        if not self.iotas:  # once per softmax task (outside it, each iota op would be a task of its own)
+            _pto_request_iotas(src, w, n)
+            self.iotas = True
         _pto_row_extent(src, self.idx, tok, w, "et")
         if k:
             _pto_row_extent(src, self.idx, f"b * {seq}", w, "e0")
