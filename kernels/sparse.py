@@ -333,9 +333,12 @@ def pypto_hca_request_kv_gather(spec: KernelSpec) -> str:
         if spec.attrs.get("contiguous"):
             _pto_request_run_check(src, idx, seq, width)
             with src.block("if run == 1:"):
-                pto_set_tile(src, [1, n, d_tile])
-                src(f"y = pypto.reshape(pypto.view({cache.name}, [{n}, {d}], [first, 0]), [1, {n}, {d}])")
+                pto_scope(src, 2)  # a bf16 copy: 4x the row path's f32 tile width (fewer, larger tasks)
+                pto_set_tile(src, [1, n, min(d, 4 * d_tile)])
+                src(f"c3 = pypto.reshape({cache.name}, [1, {cache.shape[0]}, {d}], inplace=True)")
+                src(f"y = pypto.view(c3, [1, {n}, {d}], [0, first, 0])")
                 src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
+                pto_scope(src, -1)
             with src.block("else:"):
                 _pto_request_row_gather(src, cache, idx, out, seq, d_tile)
         else:

@@ -1,14 +1,15 @@
 """The pypto 0.2.0 templates of the raw-kv-gather-per-request pass's ops (kernels/sparse.py): `hca_request_kv_gather`
-(row-run and `contiguous` forms: the latter copies a
-request's rows as one cache run when its index scalars say they are one, else takes the row-run path) and `hca_raw_attn_request`, run in pypto on CPU against the numpy reference.
+(row-run and `contiguous` forms: the latter copies a request's rows as one cache run when its index scalars say
+they are one, else takes the row-run path) and `hca_raw_attn_request`, run in pypto on CPU (full mode: SIM +
+pass-verify) against the numpy reference.
 
-Cases (head_dim 64): the layer's index contract (each token's window oldest first with a −1 tail, a request's tokens at
-consecutive positions, rows through a paged table) with a request whose window starts before position 0, one at the
-window boundary, one with a full window across a page edge; S = 1; and free-form indices with −1 holes and a token
-that sees nothing (the references define those too). Tolerances: the gather is data movement, BITWISE; the attention's
-cube sums q·K in f32 where the reference rounds an f64 sum once, so m, l, heads within 2⁻¹⁰ of the row's largest
-magnitude (a wrong key, mask or window offset fails by orders of magnitude), and exact where the reference is exact
-(the −1e20 max and the zero heads of a token that sees no row).
+Cases (head_dim 64): the layer's index contract (each token's window oldest first with a −1 tail, a request's tokens
+at consecutive positions, rows through a paged table) with a request whose window starts before position 0, one at
+the window boundary, full windows across page edges, full windows in page order (one cache run each); S = 1; and
+free-form indices with −1 holes and a token that sees nothing (the references define those too). Tolerances: the
+gather is data movement, BITWISE; the attention's cube sums q·K in f32 where the reference rounds an f64 sum once,
+so m, l, heads within 2⁻¹⁰ of the row's largest magnitude (a wrong key, mask or window offset fails by orders of
+magnitude), and exact where the reference is exact (the −1e20 max and the zero heads of a token that sees no row).
 """
 from __future__ import annotations
 
