@@ -42,7 +42,7 @@ def pto_cube_wide(m: int, k: int, n: int, deep: bool = False, tm_max: int = 128)
         tm //= 2
     tk = min(512, max(16, -(-k // 16) * 16))
     while (tm * tk * 2 > L0A_BYTES or tk * tn * 2 > L0B_BYTES) and tk > 16:
-        tk //= 2
+        tk = max(16, tk // 32 * 16)  # halved, kept a multiple of 16 (pypto: "kL0 … must be aligned to 16")
     tk1 = tk
     while deep and tk1 * 2 <= -(-k // tk) * tk and (tm + tn) * tk1 * 4 <= _PTO_L1_BYTES:
         tk1 *= 2
@@ -114,6 +114,7 @@ class PtoWindowAttn:
         self.tile = pto_key_tile(h, k_tile)
         self.o_tile = pto_head_tile(1, h, self.hd, 2 * PTO_TILE_ELEMS)[1:]
         self.scope = 0
+        self.score_rows = 128    # key rows of one L0C tile of the q·Kᵀ scores (tm_max of pto_cube_wide)
 
     def emit(self) -> None:
         src, n, br = self.src, self.ntok, _PTO_QK_ROWS
@@ -129,6 +130,10 @@ class PtoWindowAttn:
             with src.block(f'for r1 in pypto.loop({n // br * br}, {n}, 1, name="tail_loop", idx_name="r1"):'):
                 self._flat()
                 self._token("r1")
+
+    def key_row(self, tok: str) -> str:
+        """The first row of token `tok`'s keys in kf (the rows reshaped to 2-D): its own W rows."""
+        return f"({tok}) * {self.window}"
 
     def _flat(self) -> None:
         """qf, kf = q, rows reshaped in place to 2-D, in the loop body (at the top of the kernel the reshape's
@@ -157,9 +162,9 @@ class PtoWindowAttn:
 
     def _pv(self, tok: str, a: int, pb: str) -> None:
         """oi [H, HD] = bf16(p)ᵀ·K of key tile a of token tok."""
-        src, n, w, hd = self.src, self.k_tile, self.window, self.hd
+        src, n, hd = self.src, self.k_tile, self.hd
         src(f"pypto.set_cube_tile_shapes({pto_cube_wide(self.heads, n, hd, deep=True)})")
-        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), pypto.DT_FP32, "
+        src(f"oi = pypto.matmul({pb}, pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), pypto.DT_FP32, "
             "a_trans=True)")
 
     def _store_o(self, tok: str, parts) -> None:
@@ -174,10 +179,10 @@ class PtoWindowAttn:
         src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
 
     def _token(self, tok: str) -> None:
-        src, h, hd, n, w = self.src, self.heads, self.hd, self.k_tile, self.window
+        src, h, hd, n = self.src, self.heads, self.hd, self.k_tile
         for i, a in enumerate(self.tiles):
-            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True)})")
-            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [({tok}) * {w} + {a}, 0]), "
+            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True, tm_max=self.score_rows)})")
+            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), "
                 f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
             self.scope += 1
             pto_scope(src, self.scope)

@@ -67,7 +67,7 @@ from .attention_blocks import (
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import template, unsupported
+from .registry import template
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -285,6 +285,187 @@ def _pto_raw_window_attn(spec: KernelSpec, q, rows, idx) -> str:
         src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
     PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
+    return src.text()
+
+
+# ---- per-request raw window (pypto-lib #1098, #1170 (a)) ---------------------------------------------------------
+def _pto_row_extent(src: Src, idx, tok: str, width: int, name: str) -> None:
+    """`name`v f32 [1, W] = token tok's index row, `name` f32 [1, 1] = its extent e (1 + the last column that holds
+    an index, 0 for a row of −1 only): the largest (c + 1)·[index ≥ 0], exact in f32. Needs `jw` = [[1 … W]]."""
+    pto_set_tile(src, [1, _pto_lanes(width)])
+    src(f"{name}v = {cast_expr(f'pypto.view({idx.name}, [1, {width}], [{tok}, 0])', idx.dtype, 'f32')}")
+    src(f"{name} = pypto.amax(pypto.where(pypto.ge({name}v, 0.0), jw, 0.0), -1, keepdim=True)")
+
+
+def _pto_lanes(n: int) -> int:
+    """A tile's last extent for an f32 row of n: n rounded up to whole 32-byte blocks."""
+    return -(-n // 8) * 8
+
+
+def _pto_request_iotas(src: Src, width: int, n: int) -> None:
+    """jn = [[0 … n − 1]] (request row columns) and jw = [[1 … W]] (window columns + 1), f32."""
+    _pto_iota(src, n, "jn", [1, _pto_lanes(n)])
+    _pto_iota(src, width, "jw0", [1, _pto_lanes(width)])
+    src("jw = pypto.add(jw0, 1.0)")
+
+
+@template(HcaRequestKvGather)
+def pypto_hca_request_kv_gather(spec: KernelSpec) -> str:
+    """One task per request (static T): its row list ridx [1, W + S − 1] built in f32 from the S index rows (the
+    first token's row up to its extent e_0, then token k's newest index at column e_0 + k − 1, −1 elsewhere: the
+    extents and newest indices as row maxima, exact), then ONE `index_select` of the cache rows by the clamped
+    list (the whole list in one tile, see the notes above), zero where ridx = −1, stored at out[b].
+    `contiguous` (pypto-lib #1170 (a)): first a runtime check on scalars read from `indices` (the first token's W
+    indices are first … first + W − 1 with first ≥ 0, and token k's last column holds first + W − 1 + k: exactly
+    when the row list is first … first + W + S − 2), and when it holds one copy of that cache run instead; the
+    values are the reference's either way."""
+    spec = spec.static()
+    cache, idx = spec.operands
+    out = spec.results[0]
+    seq = int(spec.attrs["seq"])
+    ntok, width = idx.shape
+    n, d = width + seq - 1, cache.shape[1]
+    d_tile = d
+    while n * d_tile * 2 > 32 * 1024 and d_tile % 2 == 0 and d_tile > 16:
+        d_tile //= 2
+    src = Src(spec.signature())
+    with src.block(f'for b in pypto.loop(0, {ntok // seq}, 1, name="req_loop", idx_name="b"):'):
+        if spec.attrs.get("contiguous"):
+            _pto_request_run_check(src, idx, seq, width)
+            with src.block("if run == 1:"):
+                pto_scope(src, 2)  # a bf16 copy: 4x the row path's f32 tile width (fewer, larger tasks)
+                pto_set_tile(src, [1, n, min(d, 4 * d_tile)])
+                src(f"c3 = pypto.reshape({cache.name}, [1, {cache.shape[0]}, {d}], inplace=True)")
+                src(f"y = pypto.view(c3, [1, {n}, {d}], [0, first, 0])")
+                src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
+                pto_scope(src, -1)
+            with src.block("else:"):
+                _pto_request_row_gather(src, cache, idx, out, seq, d_tile)
+        else:
+            _pto_request_row_gather(src, cache, idx, out, seq, d_tile)
+    return src.text()
+
+
+def _pto_request_run_check(src: Src, idx, seq: int, width: int) -> None:
+    """run (a scalar) = 1 when request b's row list is the cache run first … first + W + S − 2 (first ≥ 0): index
+    scalars of the input, compared one by one (like upstream's bulk check)."""
+    src(f"first = {idx.name}[b * {seq}, 0]")
+    src("run = pypto.min(pypto.max(first + 1, 0), 1)")
+    for j in range(1, width):
+        src(f"run = run * ({idx.name}[b * {seq}, {j}] == first + {j})")
+    for k in range(1, seq):
+        src(f"run = run * ({idx.name}[b * {seq} + {k}, {width - 1}] == first + {width - 1 + k})")
+
+
+def _pto_request_row_gather(src: Src, cache, idx, out, seq: int, d_tile: int) -> None:
+    """The row-run form: request b's row list built in f32, one index_select of it, zero where it is −1."""
+    width = idx.shape[1]
+    n, lanes = width + seq - 1, _pto_lanes(width + seq - 1)
+    pto_scope(src, 1)
+    _pto_request_iotas(src, width, n)
+    for k in range(seq):
+        _pto_row_extent(src, idx, f"b * {seq} + {k}", width, f"e{k}")
+        pto_set_tile(src, [1, lanes])
+        if k == 0:
+            src("e0x = pypto.expand_clone(e0, [1, " + str(n) + "])")
+            src(f"hi = {cast_expr(f'pypto.minimum(jn, {float(width - 1)!r})', 'f32', 'i32')}")
+            src("ridx = pypto.where(pypto.lt(jn, e0x), pypto.gather(e0v, 1, hi), -1.0)")
+            continue
+        pto_set_tile(src, [1, _pto_lanes(width)])
+        src(f"nk = pypto.amax(pypto.where(pypto.eq(jw, pypto.expand_clone(e{k}, [1, {width}])), e{k}v, -1.0), "
+            "-1, keepdim=True)")
+        pto_set_tile(src, [1, lanes])
+        src(f"ridx = pypto.where(pypto.eq(jn, pypto.add(e0x, {float(k - 1)!r})), "
+            f"pypto.expand_clone(nk, [1, {n}]), ridx)")
+    src(f"ci = {cast_expr('pypto.maximum(ridx, 0.0)', 'f32', 'i32')}")
+    pto_set_tile(src, [1, n, 8])
+    src(f"ok = pypto.reshape(ridx, [1, {n}, 1])")
+    pto_set_tile(src, [1, n, d_tile])  # the whole row list in one tile
+    src(f"g = pypto.index_select({cache.name}, 0, ci)")
+    where = f"pypto.where(pypto.ge(ok, 0.0), {cast_expr('g', cache.dtype, 'f32')}, 0.0)"
+    src(f"y = {cast_expr(where, 'f32', out.dtype)}")
+    src(f"pypto.assemble(y, [b, 0, 0], {out.name})")
+    pto_scope(src, -1)
+
+
+class _PtoRequestWindowAttn(PtoWindowAttn):
+    """`PtoWindowAttn` over the per-request rows: one loop iteration per request, its S tokens in turn, each
+    token's scores over all W + S − 1 rows of its request (one key tile), valid at row j where column j − d_t of
+    its index row holds an index (d_t = clip(e_{t0} + k − e_t, 0, S − 1), the reference's window offset): a
+    masked row adds exactly 0 to l and o, so this is the reference's sum over the token's W keys."""
+
+    def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float):
+        self.idx, self.seq, self.width = idx, seq, idx.shape[1]
+        super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row)
+        self.pair, self.iotas = False, False
+        # all W + S − 1 key rows in one L0C tile: scores split over two tiles are assembled by an op that pypto
+        # 0.2.0's GraphPartition merges with the vector scope ("different OpCoreType in building SuperNode")
+        self.score_rows = -(-self.window // 16) * 16
+
+    def emit(self) -> None:
+        src, seq = self.src, self.seq
+        with src.block(f'for b in pypto.loop(0, {self.ntok // seq}, 1, name="req_loop", idx_name="b"):'):
+            self._flat()
+            for k in range(0, seq - 1, 2):
+                self._request_pair(k)
+            if seq % 2:
+                self.k, self.iotas = seq - 1, False
+                self._token(f"b * {seq} + {seq - 1}")
+
+    def _request_pair(self, k: int) -> None:
+        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
+        tokens' scores side by side), one softmax task (each token's validity row, softmax, m and l), two P·V."""
+        src, h, hd, n, seq = self.src, self.heads, self.hd, self.k_tile, self.seq
+        tok = f"b * {seq} + {k}"
+        src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, 2 * h, deep=True, tm_max=self.score_rows)})")
+        src(f"st2 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
+            f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+        self.scope += 1
+        pto_scope(src, self.scope)
+        self.iotas = False
+        for u in range(2):
+            self.k = k + u
+            self._validity(f"b * {seq} + {k + u}", 0, 1)
+            self._softmax(0, f"pypto.view(st2, [{n}, {h}], [0, {u * h}])", f"pb{u}")
+            self._store_ml(f"{tok} + {u}", "mr", "lr")
+        pto_scope(src, -1)
+        for u in range(2):
+            self._pv(f"{tok} + {u}", 0, f"pb{u}")
+            src(f"oi{u} = oi")
+        self._store_o(tok, ["oi0", "oi1"])
+
+    def key_row(self, tok: str) -> str:
+        return f"b * {self.window}"
+
+    def _valid_row(self, tok: str, a: int, n: int, r: int) -> None:
+        """vr [1, n]: column j − d_t of the token's index row where 0 ≤ j − d_t < W, else −1 (a gather along the
+        row; d_t = 0 for the request's first token)."""
+        src, w, k, seq = self.src, self.width, self.k, self.seq
+        if not self.iotas:  # once per softmax task (outside it, each iota op would be a task of its own)
+            _pto_request_iotas(src, w, n)
+            self.iotas = True
+        _pto_row_extent(src, self.idx, tok, w, "et")
+        if k:
+            _pto_row_extent(src, self.idx, f"b * {seq}", w, "e0")
+        pto_set_tile(src, [1, _pto_lanes(n)])
+        if k:
+            src(f"dt = pypto.maximum(pypto.minimum(pypto.add(pypto.sub(pypto.expand_clone(e0, [1, {n}]), "
+                f"pypto.expand_clone(et, [1, {n}])), {float(k)!r}), {float(seq - 1)!r}), 0.0)")
+            src("js = pypto.sub(jn, dt)")
+        else:
+            src("js = jn")
+        src(f"jc = {cast_expr(f'pypto.maximum(pypto.minimum(js, {float(w - 1)!r}), 0.0)', 'f32', 'i32')}")
+        src("vr = pypto.where(pypto.ge(js, 0.0), pypto.gather(etv, 1, jc), -1.0)")
+        src(f"vr = pypto.where(pypto.lt(js, {float(w)!r}), vr, -1.0)")
+
+
+@template(HcaRawAttnRequest)
+def pypto_hca_raw_attn_request(spec: KernelSpec) -> str:
+    """The raw-window stream on the per-request rows (pypto-lib #1098): `_PtoRequestWindowAttn`, static T."""
+    spec = spec.static()
+    q, rows, idx = spec.operands
+    src = Src(spec.signature())
+    _PtoRequestWindowAttn(src, q, rows, idx, spec.results, int(spec.attrs["seq"]), float(spec.attrs["scale"])).emit()
     return src.text()
 
 
@@ -701,8 +882,3 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
 
 template(OLocalBridge)(pypto_copy)
 
-
-unsupported(HcaRequestKvGather, "no pypto 0.2.0 form yet: the per-request row list (the first token's window, then "
-            "each later token's newest index) is data-dependent placement; the numpy reference runs it")
-unsupported(HcaRawAttnRequest, "no pypto 0.2.0 form yet: each token reads its W keys at a data-dependent row offset of "
-            "its request's rows (pypto 0.2.0 views take loop-variable offsets only); the numpy reference runs it")
