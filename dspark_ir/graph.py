@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _NAME, _TYPE = attrgetter("name"), attrgetter("type")
 _WALK_LIMIT = 64       # Graph.reaches: nodes walked before it asks Graph.ancestors
+_REORDER_LIMIT = 4096  # Graph._lower_ancestors: a larger region is cheaper to renumber from scratch
 _IMMUTABLE_TYPES = frozenset({int, float, bool, str, type(None), DType, Const, Sym, BinOp, Call})
 
 
@@ -440,7 +441,44 @@ class Graph:
                 num[n.name] = mid
                 self._next_num = max(self._next_num, int(mid) + 1)   # added nodes go above every number
                 return num[p.name] < num[node.name]
-        return False
+        return self._lower_ancestors(p, node)
+
+    def _lower_ancestors(self, p: Node, node: Node) -> bool:
+        """The new edge p → node with p numbered above node and no gap for either alone: move p and its
+        ancestors numbered above node (the region the edge puts before node) just below node, in their order.
+        Their other predecessors are numbered below node (else they would be in the region) and their users
+        above it (they were above a region node, which was above node), so every edge still goes up. A region
+        past _REORDER_LIMIT nodes, one that contains node (a cycle) or a gap float precision cannot split
+        again: False, the numbering must be rebuilt."""
+        num, nodes = self._num, self.nodes
+        ceiling = num[node.name]
+        region, stack = {p.name: p}, [p]
+        lo = float("-inf")                          # the highest number of a predecessor outside the region
+        while stack:
+            cur = stack.pop()
+            for v in (*cur.operands, *cur.deps):
+                q = v.producer
+                if q is None or q.name in region or q.name not in nodes:
+                    continue
+                at = num.get(q.name)
+                if at is None or q is node:
+                    return False
+                if at < ceiling:
+                    lo = max(lo, at)
+                    continue
+                if len(region) >= _REORDER_LIMIT:
+                    return False
+                region[q.name] = q
+                stack.append(q)
+        moved = sorted(region, key=num.__getitem__)
+        if lo == float("-inf"):
+            lo = ceiling - 1.0
+        step = (ceiling - lo) / (len(moved) + 1)
+        numbers = [lo + step * (i + 1) for i in range(len(moved))]
+        if not all(a < b for a, b in zip([lo, *numbers], [*numbers, ceiling])):
+            return False                             # float precision has run out in the gap
+        num.update(zip(moved, numbers))
+        return True
 
     def _build_users(self) -> None:
         index: dict[str, list[Node]] = {}

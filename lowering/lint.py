@@ -164,12 +164,14 @@ def _cross_rank(tasks: Sequence[Task], hazards: Sequence[Hazard], anc: list[int]
             f"{reader.label()} reads %{h.buffer}, which {writer.label()} writes on the peer ranks, but "
             + (f"no wait announcing those writes ({names}) is ordered before it" if announcing
                else "no wait announces those writes") + ": another rank's writes may not have landed", h.buffer))
+    data_anc: list[int] | None = None
     for w in waiters:
         notifier = by_name.get(str(w.attrs.get("notifier")))
         if notifier is None or notifier.id >= w.id:
             continue
-        data = _data_ancestors(tasks, hazards, windows, w.id)
-        if not data >> notifier.id & 1:
+        if data_anc is None:
+            data_anc = _data_ancestors(tasks, hazards, windows)
+        if not data_anc[w.id] >> notifier.id & 1:
             issues.append(LintIssue(
                 "unanchored-wait", notifier.id, w.id,
                 f"{w.label()} waits for '{notifier.name}' on the peer ranks but only its signal window orders it "
@@ -199,13 +201,14 @@ def _writes_remotely(t: Task) -> bool:
     return t.collective and not t.is_dummy and bool(getattr(get_op(t.op), "aliases", None))
 
 
-def _data_ancestors(tasks: Sequence[Task], hazards: Sequence[Hazard], windows: set[str], j: int) -> int:
-    """Ancestors of task j through declared edges and hazards off the signal windows (what TensorMap sees)."""
+def _data_ancestors(tasks: Sequence[Task], hazards: Sequence[Hazard], windows: set[str]) -> list[int]:
+    """Per task, its ancestors through declared edges and hazards off the signal windows (what TensorMap sees),
+    as bitmasks; every such edge goes to a later task, so one sweep gives them all."""
     preds: dict[int, set[int]] = {t.id: set(d for d in t.declared if d < t.id) for t in tasks}
     for h in hazards:
         if h.buffer not in windows:
             preds[h.second].add(h.first)
-    return ancestors(j + 1, preds)[j]
+    return ancestors(len(tasks), preds)
 
 
 def _race_message(h: Hazard, tasks: Sequence[Task]) -> str:

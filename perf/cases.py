@@ -89,7 +89,8 @@ class CorpusCase:
 
     def shape_json(self) -> dict:
         s = self.shape
-        return {"config": s.config, "tp": s.tp, "batch": s.batch, "seq": s.seq, "contexts": dict(s.params),
+        batch, seq = (self.rows, 1) if s.batch is None else (s.batch, s.seq)   # a prefill chunk: B = T, S = 1
+        return {"config": s.config, "tp": s.tp, "batch": batch, "seq": seq, "contexts": dict(s.params),
                 "rows": self.rows}
 
     def scope_json(self) -> dict:
@@ -230,11 +231,24 @@ def _shape(d: Any, layer: str, fail) -> tuple[Shape, int]:
     for k in contexts:
         if k not in known:
             fail(f"shape.contexts: {layer} has no parameter '{k}' (it has: {', '.join(known) or 'none'})")
+    config, tp, params = str(d.get("config", "flash")), d.get("tp", 4), tuple(sorted(contexts.items()))
+    if "chunk" in known:                # a prefill layer: its rows are the chunk (the graph's B = chunk, S = 1)
+        given = [k for k in ("batch", "seq") if k in d]
+        if given:
+            fail(f"shape.{given[0]}: {layer} takes its rows from contexts.chunk (T = chunk tokens per rank); "
+                 "leave batch and seq out")
+        chunk = contexts.get("chunk", known["chunk"])
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+            fail(f"shape.contexts.chunk must be a positive integer (tokens per rank), got {chunk!r}")
+        rows = d.get("rows", chunk)
+        if rows != chunk:
+            fail(f"shape.rows = {rows} but contexts.chunk = {chunk} (a prefill layer's rows are T = chunk per rank)")
+        return Shape(config, tp, None, None, params), rows
     batch, seq = d.get("batch", 16), d.get("seq", 8)
     rows = d.get("rows", batch * seq)
     if rows != batch * seq:
         fail(f"shape.rows = {rows} but batch × seq = {batch} × {seq} = {batch * seq} (rows are T = B·S per rank)")
-    return Shape(str(d.get("config", "flash")), d.get("tp", 4), batch, seq, tuple(sorted(contexts.items()))), rows
+    return Shape(config, tp, batch, seq, params), rows
 
 
 def _pipe(spec: Any, label: str, fail) -> Pipe:

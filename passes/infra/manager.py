@@ -244,8 +244,11 @@ class PassManager:
         run.rewrites, run.partial = outcome.rewrites, outcome.stopped
         run.matched, run.declined = outcome.matched, outcome.declined + outcome.stale
         run.rewrites_used = state.budget.used
-        after = Snapshot.of(graph)
-        _record_changes(run, state.before_snapshot, after, len(graph))
+        before = state.before_snapshot
+        # every edit moves the version (passes edit through the graph's methods, or touch() after an attribute
+        # edit): a pass that left it where it was changed nothing, and its after is its before
+        after = before if graph.version == before.version else Snapshot.of(graph)
+        _record_changes(run, before, after, len(graph))
         # a fixpoint round after a rewrite sees the nodes it made: those are no candidates that did not fire
         # (--explain, report.md, --pass-stats); "already X" there is the rewrite itself and is dropped, any other
         # reason says why the rewrite stopped where it did (widen-tile: "a 16-row tile would exceed the 8 rows")

@@ -42,6 +42,15 @@ after = { default_without = ["tile-choice"] }
 source = "a test"
 
 [[case]]
+name = "tiny-prefill-hc-pre"
+layer = "prefill-swa"
+shape = { config = "tiny", tp = 1, rows = 7, contexts = { chunk = 7 } }
+scope = { name = "hc_pre", tasks = ["hc.hc_pre_*", "hc.split_pre_post", "hc.comb_sinkhorn", "hc.mix_x"] }
+before = "cleanup"
+after = { passes = ["canonicalize", "cse", "deterministic-split-k", "dce"] }
+source = "a test"
+
+[[case]]
 name = "tiny-unsupported"
 layer = "decode-swa"
 before = "all-off"
@@ -74,7 +83,8 @@ def test_the_seed_corpus_loads():
     assert {"csa-topk-bypass-typed-gather", "swa-parallelisation", "hca-merge-rope-pack",
             "hc-pre-split-k-prefill-512", "hc-pre-split-k-decode-128"} <= set(cases)
     pre = cases["hc-pre-split-k-prefill-512"]
-    assert pre.pr == 982 and pre.rows == 512 and pre.shape.batch * pre.shape.seq == 512 and pre.scope
+    assert pre.pr == 982 and pre.layer == "prefill-swa" and pre.rows == 512 and pre.scope
+    assert dict(pre.shape.params) == {"chunk": 512} and pre.shape_json()["batch"] * pre.shape_json()["seq"] == 512
     assert (pre.hw.before_us, pre.hw.after_us) == (167.0, 199.5) and pre.hw.delta == pytest.approx(19.46, abs=0.01)
     assert cases["hc-pre-split-k-decode-128"].hw.delta == 0 and cases["hc-pre-split-k-decode-128"].hw.to_json() is None
     csa = cases["csa-topk-bypass-typed-gather"]
@@ -89,6 +99,17 @@ def test_pipelines_map_to_variants(corpus):
     assert dict(c["tiny-hc-pre"].after.variant.ctx)["pipeline"] == "canonicalize,cse,deterministic-split-k,dce"
     assert dict(c["tiny-held-back"].after.variant.ctx)["disabled"] == ("tile-choice",)
     assert c["tiny-hc-pre"].rows == 8
+
+
+def test_a_prefill_case_has_its_chunk_as_rows(corpus, report):
+    case = next(c for c in corpus if c.name == "tiny-prefill-hc-pre")
+    assert case.rows == 7 and (case.shape.batch, case.shape.seq) == (None, None)
+    assert case.shape_json() == {"config": "tiny", "tp": 1, "batch": 7, "seq": 1, "contexts": {"chunk": 7}, "rows": 7}
+    assert case.shape.label() == "tiny TP=1 chunk=7"
+    r = next(x for x in report.results if x.case.name == "tiny-prefill-hc-pre")
+    assert "hc.hc_pre_linear_reduce" in {t.name for t in stage_tasks(r.after.tg, case.scope)}
+    assert "hc.hc_pre_linear_seed" in {t.name for t in stage_tasks(r.before.tg, case.scope)}
+    assert r.before_us > 0 and r.after_us > 0
 
 
 def test_default_with_turns_entries_on_at_their_place_and_sets_options():
@@ -129,6 +150,14 @@ def test_syntax_errors_name_the_line(tmp_path, body, where):
     ('before = "cleanup"', 'before = "clean"', "case 'tiny-swa-split': before: 'clean' is not one of"),
     ('before = "cleanup"', 'before = { pipeline = "cse,,dce" }', "case 'tiny-swa-split': before.pipeline:"),
     ('pr = 982', 'pr = 982\nsauce = "x"', "case 'tiny-swa-split': unknown key 'sauce'"),
+    ("rows = 7, contexts = { chunk = 7 }", "rows = 8, contexts = { chunk = 7 }",
+     "case 'tiny-prefill-hc-pre': shape.rows = 8 but contexts.chunk = 7"),
+    ("rows = 7, contexts = { chunk = 7 }", "rows = 7", "case 'tiny-prefill-hc-pre': shape.rows = 7 but contexts."
+     "chunk = 512"),                                                            # the layer's default chunk
+    ("tp = 1, rows = 7,", "tp = 1, batch = 7, seq = 1, rows = 7,",
+     "case 'tiny-prefill-hc-pre': shape.batch: prefill-swa takes its rows from contexts.chunk"),
+    ("contexts = { chunk = 7 }", 'contexts = { chunk = "7" }',
+     "case 'tiny-prefill-hc-pre': shape.contexts.chunk must be a positive integer"),
     ('name = "tiny-held-back"', 'name = "tiny-hc-pre"', "case 'tiny-hc-pre': the name is also used"),
     ('{ default_without = ["tile-choice"] }', '{ default_with = ["mlir-sccp"] }',
      "case 'tiny-held-back': after.default_with: pipeline:1:1: unknown pass 'mlir-sccp'"),
@@ -196,16 +225,18 @@ def test_a_scoped_case_costs_and_schedules_only_its_stage(corpus):
 
 def test_json_schema(report):
     doc = report.to_json()
-    assert [d["name"] for d in doc] == ["tiny-swa-split", "tiny-hc-pre", "tiny-held-back", "tiny-unsupported"]
+    assert [d["name"] for d in doc] == ["tiny-swa-split", "tiny-hc-pre", "tiny-held-back", "tiny-prefill-hc-pre",
+                                        "tiny-unsupported"]
     for d in doc:
         assert {"name", "pr", "layer", "shape", "scope", "hw", "predicted", "errors", "verdict", "trust",
                 "source"} <= set(d)
         assert set(d["shape"]) == {"config", "tp", "batch", "seq", "contexts", "rows"}
-    split, pre, held, unsupported = doc
+    split, pre, held, prefill, unsupported = doc
     assert split["pr"] == 982 and split["hw"] == {"before_us": 100.0, "after_us": 80.0}
     assert set(split["predicted"]) == {"before_us", "after_us"} and split["scope"]["tasks"] is None
     assert pre["hw"] is None and pre["hw_delta_pct"] == 0.0 and pre["scope"]["tasks"][0] == "hc.hc_pre_*"
     assert held["hw"] is None and held["verdict"] == {"sign": None, "delta": None, "absolute": None}
+    assert prefill["shape"]["rows"] == prefill["shape"]["batch"] * prefill["shape"]["seq"] == 7
     assert unsupported["predicted"] is None and "no such layer form yet" in unsupported["error"]
     assert set(split["trust"]["flags"]) <= {"F", "R", "B"}
     json.dumps(doc)
@@ -226,7 +257,7 @@ def test_cli_runs_a_case_file(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| tiny-swa-split | #982 |" in printed and "trust flags:" in printed
     doc = json.loads((out / "cases.json").read_text())
-    assert len(doc) == 4 and (out / "cases.md").is_file()
+    assert len(doc) == 5 and (out / "cases.md").is_file()
     assert doc[0]["predicted"]["before_us"] > 0
     assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "grid"}
 
