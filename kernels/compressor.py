@@ -974,6 +974,12 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
 
 
 # ---- prefill: every boundary of one request's chunk pools its entry ----------------------------------------------
+def _pto_tile_f32(shape: tuple[int, ...]) -> list[int]:
+    """An f32 vector tile for `shape` whose last dim is whole 32-byte blocks (pypto's reductions require it)."""
+    tile = vec_tile(shape, 4)
+    return tile[:-1] + [pto_align(tile[-1], 8)]
+
+
 def _pto_column(src: Src, row: str, n: int, name: str) -> str:
     """`name` = the f32 row `row` [1, n] as a column [n, 1]; returns `name`."""
     pto_set_tile(src, [n, 8])
@@ -1005,11 +1011,11 @@ def pypto_prefill_cmp_pool(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     # ---- per token: position, ring row, ape row, window-closing flag
     tidx = _pto_arange(src, t_n, "tidr")
-    pto_set_tile(src, [1, max(pages, 8)])
+    pto_set_tile(src, [1, pto_align(pages, 8)])
     src(f"tabf = {cast_expr(table.name, table.dtype, 'f32')}")
-    pto_set_tile(src, [max(t_n, 8)])
+    pto_set_tile(src, [pto_align(t_n, 8)])
     src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
-    pto_set_tile(src, [1, max(t_n, 8)])
+    pto_set_tile(src, [1, pto_align(t_n, 8)])
     src(f"pfr = pypto.reshape(pf1, [1, {t_n}])")
     src("pc = pypto.maximum(pfr, 0.0)")
     src(f"pq = {_pto_floor('pc', bs)}")
@@ -1026,47 +1032,48 @@ def pypto_prefill_cmp_pool(spec: KernelSpec) -> str:
     j0c = _pto_column(src, "j0r", t_n, "j0c")
     offc = _pto_column(src, "offr", t_n, "offc")
     flc = _pto_column(src, "flr", t_n, "flc")
-    pto_set_tile(src, [1, max(t_n, 8)])
+    pto_set_tile(src, [1, pto_align(t_n, 8)])
     src(f"aidx = pypto.reshape(pypto.cast(amodr, {_PTO_I32}), [{t_n}])")
     # ---- the chunk's state rows and the sources of every window row
-    pto_set_tile(src, vec_tile((t_n, out_dim), 4))
+    pto_set_tile(src, _pto_tile_f32((t_n, out_dim)))
     src(f"scw = pypto.add({sc.name}, pypto.index_select({ape.name}, 0, aidx))")
-    pto_set_tile(src, vec_tile((t_n, width), 4))
+    pto_set_tile(src, _pto_tile_f32((t_n, width)))
     src(f"rowsn = pypto.concat([{kv.name}, scw], -1)")
-    pto_set_tile(src, vec_tile((s_n + t_n, width), 4))
+    pto_set_tile(src, _pto_tile_f32((s_n + t_n, width)))
     src(f"allr = pypto.concat([{state_in.name}, rowsn], 0)")
     # ---- window rows [T, rows]: the chunk row (S + w − start) or the ring row, and their validity
     wi = _pto_arange(src, rows, "wi")
-    pto_set_tile(src, [t_n, max(rows, 8)])
+    pto_set_tile(src, [t_n, pto_align(rows, 8)])
     src(f"ws = pypto.add(pypto.expand_clone({j0c}, [{t_n}, {rows}]), pypto.expand_clone({wi}, [{t_n}, {rows}]))")
     src(f"cix = pypto.sub(ws, pypto.expand_clone({offc}, [{t_n}, {rows}]))")
     src("wc = pypto.maximum(ws, 0.0)")
     src(f"wq = {_pto_floor('wc', bs)}")
     src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
-    pto_set_tile(src, [t_n, max(pages, 8)])
+    pto_set_tile(src, [t_n, pto_align(pages, 8)])
     src(f"tabx = pypto.expand_clone(tabf, [{t_n}, {pages}])")
-    pto_set_tile(src, [t_n, max(rows, 8)])
+    pto_set_tile(src, [t_n, pto_align(rows, 8)])
     src(f"wpg = pypto.gather(tabx, 1, pypto.cast(wcol, {_PTO_I32}))")
     src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
     src("ring = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), 1.0, 0.0), 0.0)")
     src("inch = pypto.ge(cix, 0.0)")
     src("wok = pypto.where(inch, 1.0, ring)")
-    src(f"widx = pypto.cast(pypto.where(inch, pypto.add(cix, {float(s_n)!r}), "
-        f"pypto.where(pypto.ge(ring, 0.5), wrow, 0.0)), {_PTO_I32})")
+    # (a token closing no window reads past the chunk's end: clamped, its pool is discarded)
+    src(f"widx = pypto.cast(pypto.where(inch, pypto.minimum(pypto.add(cix, {float(s_n)!r}), "
+        f"{float(s_n + t_n - 1)!r}), pypto.where(pypto.ge(ring, 0.5), wrow, 0.0)), {_PTO_I32})")
     # ---- the pool: per window half [T, r, HD] rows (masked), softmax over the window rows
     halves = [(0, 0), (ratio, hd)] if overlap else [(0, 0)]
     kparts, sparts = [], []
     for h, (a, col) in enumerate(halves):
         pto_set_tile(src, [t_n, ratio, 8])
         src(f"ok{h} = pypto.ge(pypto.reshape(pypto.view(wok, [{t_n}, {ratio}], [0, {a}]), [{t_n}, {ratio}, 1]), 0.5)")
-        pto_set_tile(src, [t_n, max(ratio, 8)])
+        pto_set_tile(src, [t_n, pto_align(ratio, 8)])
         src(f"ix{h} = pypto.view(widx, [{t_n}, {ratio}], [0, {a}])")
-        pto_set_tile(src, vec_tile((t_n, ratio, hd), 4))
+        pto_set_tile(src, _pto_tile_f32((t_n, ratio, hd)))
         for name, c0, fill, parts in (("k", col, 0.0, kparts), ("s", out_dim + col, PTO_NEG_INF, sparts)):
             src(f"{name}g{h} = pypto.index_select(pypto.view(allr, [{s_n + t_n}, {hd}], [0, {c0}]), 0, ix{h})")
             src(f"{name}m{h} = pypto.where(pypto.expand_clone(ok{h}, [{t_n}, {ratio}, {hd}]), {name}g{h}, {fill!r})")
             parts.append(f"{name}m{h}")
-    pto_set_tile(src, vec_tile((t_n, rows, hd), 4))
+    pto_set_tile(src, _pto_tile_f32((t_n, rows, hd)))
     for name, parts in (("kw", kparts), ("sw", sparts)):
         src(f"{name} = {parts[0]}" if len(parts) == 1 else f"{name} = pypto.concat([{', '.join(parts)}], 1)")
     src("mx = pypto.amax(sw, 1, keepdim=True)")
@@ -1074,22 +1081,22 @@ def pypto_prefill_cmp_pool(spec: KernelSpec) -> str:
     src("den = pypto.sum(ew, 1, keepdim=True)")
     src(f"pw = pypto.sum(pypto.mul(kw, pypto.div(ew, pypto.expand_clone(den, [{t_n}, {rows}, {hd}]))), 1, "
         "keepdim=True)")
-    pto_set_tile(src, vec_tile((t_n, hd), 4))
+    pto_set_tile(src, _pto_tile_f32((t_n, hd)))
     src(f"pw2 = pypto.reshape(pw, [{t_n}, {hd}])")
     src(f"pypto.assemble(pypto.where(pypto.expand_clone(pypto.eq({flc}, 0.0), [{t_n}, {hd}]), pw2, 0.0), [0, 0], "
         f"{pooled.name})")
     # ---- the new state: ring row s takes the chunk row of the last token writing it
     sidx = _pto_arange(src, s_n, "sir")
     sc_col = _pto_column(src, sidx, s_n, "sic")
-    pto_set_tile(src, vec_tile((s_n, t_n), 4))
+    pto_set_tile(src, _pto_tile_f32((s_n, t_n)))
     src(f"mt = pypto.eq(pypto.expand_clone({sc_col}, [{s_n}, {t_n}]), pypto.expand_clone(prowv, [{s_n}, {t_n}]))")
     src(f"wn = pypto.amax(pypto.where(mt, pypto.expand_clone({tidx}, [{s_n}, {t_n}]), -1.0), -1, keepdim=True)")
     pto_set_tile(src, [s_n, 8])
     src("hw = pypto.ge(wn, 0.0)")
     src(f"wni = pypto.cast(pypto.maximum(wn, 0.0), {_PTO_I32})")
-    pto_set_tile(src, [max(s_n, 8)])
+    pto_set_tile(src, [pto_align(s_n, 8)])
     src(f"wn1 = pypto.reshape(wni, [{s_n}])")
-    pto_set_tile(src, vec_tile((s_n, width), 4))
+    pto_set_tile(src, _pto_tile_f32((s_n, width)))
     src(f"newr = pypto.where(pypto.expand_clone(hw, [{s_n}, {width}]), pypto.index_select(rowsn, 0, wn1), "
         f"pypto.view(allr, [{s_n}, {width}], [0, 0]))")
     src(f"pypto.assemble(newr, [0, 0], {state.name})")
@@ -1113,7 +1120,7 @@ def pypto_prefill_cmp_finish_write(spec: KernelSpec) -> str:
     src = Src(spec.signature())
     for r, r0 in _pto_finish_blocks(src, pooled):
         pto_scope(src, 1)
-        pto_set_tile(src, [max(r, 8)])
+        pto_set_tile(src, [pto_align(r, 8)])
         src(f"pfb = {cast_expr(f'pypto.view({pos.name}, [{r}], [{r0}])', pos.dtype, 'f32')}")
         src(f"fi = pypto.cast(pypto.maximum(pypto.add(pfb, {float(1 - ratio)!r}), 0.0), {_PTO_I32})")
         src(f"pypto.set_vec_tile_shapes({r}, {pto_align(half, 8)})")
