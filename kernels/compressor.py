@@ -41,7 +41,7 @@ from dspark_ir.ops.compressor import (
 
 from .cube import pto_cube_shapes_spread
 from .pto import KernelSpec, RowLoop, Src, cast_expr, cube_shapes, row_block, vec_tile
-from .registry import template, unsupported
+from .registry import template
 from .vector import (
     PTO_NEG_INF,
     PtoBlock,
@@ -973,10 +973,192 @@ def pypto_idx_kv_cache_write(spec: KernelSpec) -> str:
     return src.text()
 
 
-# The prefill compressor (every boundary of a chunk pools its entry) has no pypto form yet: a chunk's windows mix
-# rows of the chunk and rows of the ring state as received, which the decode pool's one-entry-per-request loop
-# does not cover. The prefill-hca/csa layers therefore run on the numpy backends only (say so, not crash).
-unsupported(PrefillCmpPool, "no pypto template yet for the prefill pool (every boundary of the chunk pools its "
-                            "entry from the chunk's rows and the state as received); numpy backends only")
-unsupported(PrefillCmpFinishWrite, "no pypto template yet for the prefill finish (per-token RoPE rows at each "
-                                   "entry's first position, store of every boundary's entry); numpy backends only")
+# ---- prefill: every boundary of one request's chunk pools its entry ----------------------------------------------
+def _pto_tile_f32(shape: tuple[int, ...]) -> list[int]:
+    """An f32 vector tile for `shape` whose last dim is whole 32-byte blocks (pypto's reductions require it)."""
+    tile = vec_tile(shape, 4)
+    return tile[:-1] + [pto_align(tile[-1], 8)]
+
+
+def _pto_column(src: Src, row: str, n: int, name: str) -> str:
+    """`name` = the f32 row `row` [1, n] as a column [n, 1]; returns `name`."""
+    pto_set_tile(src, [n, 8])
+    src(f"{name} = pypto.transpose({row}, 0, 1)")
+    return name
+
+
+@template(PrefillCmpPool)
+def pypto_prefill_cmp_pool(spec: KernelSpec) -> str:
+    """One request's chunk (static T, ascending contiguous positions), integer arithmetic in f32 (exact < 2^23).
+
+    Sources: `allr` = [state as received ; the chunk's rows [kv | score + ape[pos % r]]] ([S + T, 2·OUT]). Token
+    t's window position w sits in the chunk at w − start = w − pos[t] + t when that is ≥ 0, else in the state at
+    its ring row (table[(w // BS) % pages]·BS + w % BS; valid iff w ≥ 0 and the page is mapped; otherwise kv 0 /
+    score FP32_NEG_INF). Per window half (the ratio-4 overlap reads the front / back column halves) the rows are
+    `index_select`ed as [T, r, HD], then the softmax pool over the window rows; a token closing no window
+    pools 0. The new state: ring row s takes the chunk row of the last token writing it (amax over an [S, T]
+    match), else keeps its row; it is computed from `allr`, so the store of the state (in place) follows every
+    read of the state as received."""
+    spec = spec.static()
+    kv, sc, ape, state_in, table, pos = spec.operands
+    state, pooled = spec.results
+    ratio, hd = int(spec.attrs["ratio"]), int(spec.attrs["head_dim"])
+    overlap, bs = bool(spec.attrs["overlap"]), int(spec.attrs["block_size"])
+    t_n, out_dim = kv.shape
+    s_n, width = state.shape
+    pages = table.shape[1]
+    rows = (2 if overlap else 1) * ratio
+    src = Src(spec.signature())
+    # ---- per token: position, ring row, ape row, window-closing flag
+    tidx = _pto_arange(src, t_n, "tidr")
+    pto_set_tile(src, [1, pto_align(pages, 8)])
+    src(f"tabf = {cast_expr(table.name, table.dtype, 'f32')}")
+    pto_set_tile(src, [pto_align(t_n, 8)])
+    src(f"pf1 = {cast_expr(pos.name, pos.dtype, 'f32')}")
+    pto_set_tile(src, [1, pto_align(t_n, 8)])
+    src(f"pfr = pypto.reshape(pf1, [1, {t_n}])")
+    src("pc = pypto.maximum(pfr, 0.0)")
+    src(f"pq = {_pto_floor('pc', bs)}")
+    src(f"pcol = pypto.sub(pq, pypto.mul({_pto_floor('pq', pages)}, {float(pages)!r}))")
+    src(f"pg = pypto.gather(tabf, 1, pypto.cast(pcol, {_PTO_I32}))")
+    src(f"prow = pypto.add(pypto.mul(pg, {float(bs)!r}), pypto.sub(pc, pypto.mul(pq, {float(bs)!r})))")
+    src("prowv = pypto.where(pypto.ge(pfr, 0.0), pypto.where(pypto.ge(pg, 0.0), prow, -1.0), -1.0)")
+    src(f"amodr = pypto.sub(pc, pypto.mul({_pto_floor('pc', ratio)}, {float(ratio)!r}))")
+    src("m1 = pypto.add(pfr, 1.0)")
+    src(f"flr = pypto.sub(m1, pypto.mul({_pto_floor('m1', ratio, signed=True)}, {float(ratio)!r}))")
+    src(f"j0r = pypto.sub(pypto.mul({_pto_floor('pfr', ratio, signed=True)}, {float(ratio)!r}), "
+        f"{float(ratio if overlap else 0)!r})")
+    src(f"offr = pypto.sub(pfr, {tidx})")  # start − 0 = pos[t] − t for a contiguous chunk
+    j0c = _pto_column(src, "j0r", t_n, "j0c")
+    offc = _pto_column(src, "offr", t_n, "offc")
+    flc = _pto_column(src, "flr", t_n, "flc")
+    pto_set_tile(src, [1, pto_align(t_n, 8)])
+    src(f"aidx = pypto.reshape(pypto.cast(amodr, {_PTO_I32}), [{t_n}])")
+    # ---- the chunk's state rows and the sources of every window row
+    pto_set_tile(src, _pto_tile_f32((t_n, out_dim)))
+    src(f"scw = pypto.add({sc.name}, pypto.index_select({ape.name}, 0, aidx))")
+    pto_set_tile(src, _pto_tile_f32((t_n, width)))
+    src(f"rowsn = pypto.concat([{kv.name}, scw], -1)")
+    pto_set_tile(src, _pto_tile_f32((s_n + t_n, width)))
+    src(f"allr = pypto.concat([{state_in.name}, rowsn], 0)")
+    # ---- window rows [T, rows]: the chunk row (S + w − start) or the ring row, and their validity
+    wi = _pto_arange(src, rows, "wi")
+    pto_set_tile(src, [t_n, pto_align(rows, 8)])
+    src(f"ws = pypto.add(pypto.expand_clone({j0c}, [{t_n}, {rows}]), pypto.expand_clone({wi}, [{t_n}, {rows}]))")
+    src(f"cix = pypto.sub(ws, pypto.expand_clone({offc}, [{t_n}, {rows}]))")
+    src("wc = pypto.maximum(ws, 0.0)")
+    src(f"wq = {_pto_floor('wc', bs)}")
+    src(f"wcol = pypto.sub(wq, pypto.mul({_pto_floor('wq', pages)}, {float(pages)!r}))")
+    pto_set_tile(src, [t_n, pto_align(pages, 8)])
+    src(f"tabx = pypto.expand_clone(tabf, [{t_n}, {pages}])")
+    pto_set_tile(src, [t_n, pto_align(rows, 8)])
+    src(f"wpg = pypto.gather(tabx, 1, pypto.cast(wcol, {_PTO_I32}))")
+    src(f"wrow = pypto.add(pypto.mul(wpg, {float(bs)!r}), pypto.sub(wc, pypto.mul(wq, {float(bs)!r})))")
+    src("ring = pypto.where(pypto.ge(ws, 0.0), pypto.where(pypto.ge(wpg, 0.0), 1.0, 0.0), 0.0)")
+    src("inch = pypto.ge(cix, 0.0)")
+    src("wok = pypto.where(inch, 1.0, ring)")
+    # (a token closing no window reads past the chunk's end: clamped, its pool is discarded)
+    src(f"widx = pypto.cast(pypto.where(inch, pypto.minimum(pypto.add(cix, {float(s_n)!r}), "
+        f"{float(s_n + t_n - 1)!r}), pypto.where(pypto.ge(ring, 0.5), wrow, 0.0)), {_PTO_I32})")
+    # ---- the pool: per window half [T, r, HD] rows (masked), softmax over the window rows
+    halves = [(0, 0), (ratio, hd)] if overlap else [(0, 0)]
+    kparts, sparts = [], []
+    for h, (a, col) in enumerate(halves):
+        pto_set_tile(src, [t_n, ratio, 8])
+        src(f"ok{h} = pypto.ge(pypto.reshape(pypto.view(wok, [{t_n}, {ratio}], [0, {a}]), [{t_n}, {ratio}, 1]), 0.5)")
+        pto_set_tile(src, [t_n, pto_align(ratio, 8)])
+        src(f"ix{h} = pypto.view(widx, [{t_n}, {ratio}], [0, {a}])")
+        pto_set_tile(src, _pto_tile_f32((t_n, ratio, hd)))
+        for name, c0, fill, parts in (("k", col, 0.0, kparts), ("s", out_dim + col, PTO_NEG_INF, sparts)):
+            src(f"{name}g{h} = pypto.index_select(pypto.view(allr, [{s_n + t_n}, {hd}], [0, {c0}]), 0, ix{h})")
+            src(f"{name}m{h} = pypto.where(pypto.expand_clone(ok{h}, [{t_n}, {ratio}, {hd}]), {name}g{h}, {fill!r})")
+            parts.append(f"{name}m{h}")
+    pto_set_tile(src, _pto_tile_f32((t_n, rows, hd)))
+    for name, parts in (("kw", kparts), ("sw", sparts)):
+        src(f"{name} = {parts[0]}" if len(parts) == 1 else f"{name} = pypto.concat([{', '.join(parts)}], 1)")
+    src("mx = pypto.amax(sw, 1, keepdim=True)")
+    src(f"ew = pypto.exp(pypto.sub(sw, pypto.expand_clone(mx, [{t_n}, {rows}, {hd}])))")
+    src("den = pypto.sum(ew, 1, keepdim=True)")
+    src(f"pw = pypto.sum(pypto.mul(kw, pypto.div(ew, pypto.expand_clone(den, [{t_n}, {rows}, {hd}]))), 1, "
+        "keepdim=True)")
+    pto_set_tile(src, _pto_tile_f32((t_n, hd)))
+    src(f"pw2 = pypto.reshape(pw, [{t_n}, {hd}])")
+    src(f"pypto.assemble(pypto.where(pypto.expand_clone(pypto.eq({flc}, 0.0), [{t_n}, {hd}]), pw2, 0.0), [0, 0], "
+        f"{pooled.name})")
+    # ---- the new state: ring row s takes the chunk row of the last token writing it
+    sidx = _pto_arange(src, s_n, "sir")
+    sc_col = _pto_column(src, sidx, s_n, "sic")
+    pto_set_tile(src, _pto_tile_f32((s_n, t_n)))
+    src(f"mt = pypto.eq(pypto.expand_clone({sc_col}, [{s_n}, {t_n}]), pypto.expand_clone(prowv, [{s_n}, {t_n}]))")
+    src(f"wn = pypto.amax(pypto.where(mt, pypto.expand_clone({tidx}, [{s_n}, {t_n}]), -1.0), -1, keepdim=True)")
+    pto_set_tile(src, [s_n, 8])
+    src("hw = pypto.ge(wn, 0.0)")
+    src(f"wni = pypto.cast(pypto.maximum(wn, 0.0), {_PTO_I32})")
+    pto_set_tile(src, [pto_align(s_n, 8)])
+    src(f"wn1 = pypto.reshape(wni, [{s_n}])")
+    pto_set_tile(src, _pto_tile_f32((s_n, width)))
+    src(f"newr = pypto.where(pypto.expand_clone(hw, [{s_n}, {width}]), pypto.index_select(rowsn, 0, wn1), "
+        f"pypto.view(allr, [{s_n}, {width}], [0, 0]))")
+    src(f"pypto.assemble(newr, [0, 0], {state.name})")
+    return src.text()
+
+
+@template(PrefillCmpFinishWrite)
+def pypto_prefill_cmp_finish_write(spec: KernelSpec) -> str:
+    """Per block of tokens: the RoPE rows at each token's entry start max(pos + 1 − r, 0) (`index_select` of the
+    tables' first halves, rounded to bf16 like the reference, interleaved as rope_interleave), y as
+    cmp_rmsnorm_rope (numpy's pairwise mean order), rounded to the cache dtype; then per token: stored at
+    slot_mapping[t] when t closes a window ((pos + 1) % r == 0) and the slot is mapped."""
+    spec = spec.static()
+    pooled, _w, cos_t, sin_t, _cache_in, slots, pos = spec.operands
+    cache = spec.results[0]
+    ratio, eps = int(spec.attrs["ratio"]), float(spec.attrs.get("eps", 1e-6))
+    hd = pooled.shape[1]
+    p_n, rd = cos_t.shape
+    half = rd // 2
+    nope = hd - rd
+    src = Src(spec.signature())
+    for r, r0 in _pto_finish_blocks(src, pooled):
+        pto_scope(src, 1)
+        pto_set_tile(src, [pto_align(r, 8)])
+        src(f"pfb = {cast_expr(f'pypto.view({pos.name}, [{r}], [{r0}])', pos.dtype, 'f32')}")
+        src(f"fi = pypto.cast(pypto.maximum(pypto.add(pfb, {float(1 - ratio)!r}), 0.0), {_PTO_I32})")
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(half, 8)})")
+        for name, t in (("c", cos_t), ("s", sin_t)):
+            rows = cast_expr(f"pypto.index_select(pypto.view({t.name}, [{p_n}, {half}], [0, 0]), 0, fi)", t.dtype,
+                             "bf16")
+            src(f"{name}f = {cast_expr(rows, 'bf16', 'f32')}")
+        _pto_interleave_rows(src, r, half, "cb", "sb")
+        pto_rms_norm_block(src, pooled, spec.operands[1], r, r0, eps, "yn")
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd)})")
+        src(f"rp = pypto.view(yn, [{r}, {rd}], [0, {nope}])")
+        pto_rope_rows(src, "rp", r, rd, "cb", "sb", "ro")
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(hd)})")
+        y = f"pypto.concat([pypto.view(yn, [{r}, {nope}], [0, 0]), ro], -1)" if nope else "ro"
+        src(f"yb = {cast_expr(y, 'f32', cache.dtype)}")
+        pto_scope(src, -1)
+        pto_set_tile(src, vec_tile((1, hd), cache.itemsize))
+        with src.block(f'for i in pypto.loop(0, {r}, 1, name="store_loop", idx_name="i"):'):
+            src(f"t = {r0} + i")
+            src(f"slot = {slots.name}[t]")
+            with src.block(f"if pypto.min((({pos.name}[t] + 1) % {ratio} == 0) - 1, slot) >= 0:"):
+                src(f"pypto.assemble(pypto.clone(pypto.view(yb, [1, {hd}], [i, 0])), [slot, 0], {cache.name})")
+    return src.text()
+
+
+def _pto_interleave_rows(src: Src, r: int, half: int, cos_out: str, sin_out: str) -> None:
+    """`cos_out` / `sin_out` [r, 2·half] f32 = the interleaved tables of the f32 halves `cf` / `sf` [r, half]
+    (cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1], − for even j; as pypto_rope_interleave: data movement
+    and a negation, exact)."""
+    rd, w = 2 * half, pto_align(r, 8)
+    src(f"pypto.set_vec_tile_shapes({half}, {w})")
+    src("ct = pypto.transpose(cf, 0, 1)")
+    src("st = pypto.transpose(sf, 0, 1)")
+    src(f"pypto.set_vec_tile_shapes({half}, {pto_align(2 * r, 8)})")
+    src("cc = pypto.concat([ct, ct], -1)")
+    src("ss = pypto.concat([pypto.neg(st), st], -1)")
+    for name, out in (("cc", cos_out), ("ss", sin_out)):
+        src(f"pypto.set_vec_tile_shapes({rd}, {w})")
+        src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
+        src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd, 8)})")
+        src(f"{out} = pypto.transpose({name}2, 0, 1)")

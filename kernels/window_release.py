@@ -17,7 +17,7 @@ from __future__ import annotations
 # runtime (the lowering runs collectives on numpy; pypto's distributed ops cannot run on CPU).
 from dspark_ir.ops.window_release import WindowRelease
 
-from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, vec_tile
+from .pto import BLOCK_BYTES, WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, vec_tile
 from .registry import unsupported
 
 unsupported(WindowRelease, "cross-rank barrier + credit reset with no data: pypto 0.2.0 distributed/shmem ops "
@@ -41,6 +41,8 @@ def pypto_window_copy_out(spec: KernelSpec) -> str:
         valid = ", valid_shape=[" + ", ".join(["valid"] + [str(s) for s in out.shape[1:]]) + "]"
     with loop.loop():
         tile = vec_tile(tuple(shape), out.itemsize, WIDE_VEC_TILE_BYTES)
+        align = BLOCK_BYTES // out.itemsize  # pypto refuses a tile whose last dim is not whole 32-byte blocks
+        tile[-1] = -(-tile[-1] // align) * align
         src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
         src(f"y = pypto.clone(pypto.view({w.name}, [{', '.join(map(str, shape))}], [{', '.join(offsets)}]{valid}))")
         loop.store("y", out)

@@ -161,6 +161,27 @@ class CmpKvScoreProj(_CmpOp):
 
 
 # ---- scatter_softmax_pool -----------------------------------------------------------------------------------
+def _scatter_pool_operands(ins, attrs, positive: tuple[str, ...], one_request: bool) -> None:
+    """The operand checks shared by the decode and prefill pools (kv, score, ape, state, state_block_table,
+    positions): `positive` attributes > 0, then the operands in order; `one_request`: the table has one row."""
+    kv, score, ape, state, table, pos = ins
+    _positive(attrs, *positive)
+    out = (2 if attrs["overlap"] else 1) * attrs["head_dim"]
+    for name, t in (("kv", kv), ("score", score)):
+        expect(t.rank == 2 and t.dtype == F32, f"{name} must be f32[T, OUT], got {t}")
+        expect(t.shape[1].value() in (None, out), f"{name} width {t.shape[1]} must be OUT = {out}")
+    expect(kv.shape == score.shape, f"kv {kv} and score {score} differ")
+    expect(ape.rank == 2 and ape.dtype == F32, f"ape must be f32[ratio, OUT], got {ape}")
+    expect(ape.shape[0].value() in (None, attrs["ratio"]), f"ape rows {ape.shape[0]} must be the ratio")
+    expect_same_dim(ape.shape[1], kv.shape[1], "ape width vs OUT")
+    expect(state.rank == 2 and state.dtype == F32, f"state must be f32[rows, 2·OUT], got {state}")
+    expect(state.shape[1].value() in (None, 2 * out), f"state width {state.shape[1]} must be 2·OUT = {2 * out}")
+    expect_table(table, "state_block_table")
+    if one_request:
+        expect(table.shape[0].value() in (None, 1), f"state_block_table must have one request row, got {table}")
+    expect_index_vector(pos, "positions", kv.shape[0])
+
+
 @register_op
 class CmpScatterSoftmaxPool(_CmpOp):
     """Scatter [kvp | scp + ape[pos % r]] of every token into the paged ring state (in place), then pool each
@@ -180,20 +201,8 @@ class CmpScatterSoftmaxPool(_CmpOp):
     reference = numpy_reference("compressor", "cmp_scatter_softmax_pool")
 
     def infer(self, ins, attrs):
-        kv, score, ape, state, table, pos = ins
-        _positive(attrs, "ratio", "head_dim", "block_size", "seq")
-        out = (2 if attrs["overlap"] else 1) * attrs["head_dim"]
-        for name, t in (("kv", kv), ("score", score)):
-            expect(t.rank == 2 and t.dtype == F32, f"{name} must be f32[T, OUT], got {t}")
-            expect(t.shape[1].value() in (None, out), f"{name} width {t.shape[1]} must be OUT = {out}")
-        expect(kv.shape == score.shape, f"kv {kv} and score {score} differ")
-        expect(ape.rank == 2 and ape.dtype == F32, f"ape must be f32[ratio, OUT], got {ape}")
-        expect(ape.shape[0].value() in (None, attrs["ratio"]), f"ape rows {ape.shape[0]} must be the ratio")
-        expect_same_dim(ape.shape[1], kv.shape[1], "ape width vs OUT")
-        expect(state.rank == 2 and state.dtype == F32, f"state must be f32[rows, 2·OUT], got {state}")
-        expect(state.shape[1].value() in (None, 2 * out), f"state width {state.shape[1]} must be 2·OUT = {2 * out}")
-        expect_table(table, "state_block_table")
-        expect_index_vector(pos, "positions", kv.shape[0])
+        _scatter_pool_operands(ins, attrs, ("ratio", "head_dim", "block_size", "seq"), one_request=False)
+        state, table = ins[3], ins[4]
         return [state, TensorType(F32, (table.shape[0], D.Const(attrs["head_dim"])))]
 
     def tile_axes(self, ins, outs, attrs):
@@ -320,21 +329,8 @@ class PrefillCmpPool(_CmpOp):
     reference = numpy_reference("compressor", "prefill_cmp_pool")
 
     def infer(self, ins, attrs):
-        kv, score, ape, state, table, pos = ins
-        _positive(attrs, "ratio", "head_dim", "block_size")
-        out = (2 if attrs["overlap"] else 1) * attrs["head_dim"]
-        for name, t in (("kv", kv), ("score", score)):
-            expect(t.rank == 2 and t.dtype == F32, f"{name} must be f32[T, OUT], got {t}")
-            expect(t.shape[1].value() in (None, out), f"{name} width {t.shape[1]} must be OUT = {out}")
-        expect(kv.shape == score.shape, f"kv {kv} and score {score} differ")
-        expect(ape.rank == 2 and ape.dtype == F32, f"ape must be f32[ratio, OUT], got {ape}")
-        expect(ape.shape[0].value() in (None, attrs["ratio"]), f"ape rows {ape.shape[0]} must be the ratio")
-        expect_same_dim(ape.shape[1], kv.shape[1], "ape width vs OUT")
-        expect(state.rank == 2 and state.dtype == F32, f"state must be f32[rows, 2·OUT], got {state}")
-        expect(state.shape[1].value() in (None, 2 * out), f"state width {state.shape[1]} must be 2·OUT = {2 * out}")
-        expect_table(table, "state_block_table")
-        expect(table.shape[0].value() in (None, 1), f"state_block_table must have one request row, got {table}")
-        expect_index_vector(pos, "positions", kv.shape[0])
+        _scatter_pool_operands(ins, attrs, ("ratio", "head_dim", "block_size"), one_request=True)
+        kv, state = ins[0], ins[3]
         return [state, TensorType(F32, (kv.shape[0], D.Const(attrs["head_dim"])))]
 
     def tile_axes(self, ins, outs, attrs):
