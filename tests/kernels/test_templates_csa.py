@@ -96,7 +96,7 @@ def _layer_jobs(layer: str, ops, prefix: str, seen: set, disabled=(), **params) 
     return out
 
 
-def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
+def reference_outputs(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
     """The numpy reference on kernel inputs (by parameter name), by output parameter; with `libm`, evaluated
     with the calculator's (torch's) sqrt and exp."""
     from lowering.codegen import inout_input_name
@@ -118,12 +118,12 @@ def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
             for r, (s, v) in enumerate(zip(task.results, outs)) if not s.get("token")}
 
 
-def _variant(task, job, **changes):
+def job_variant(task, job, **changes):
     """The job with some inputs replaced (in-place buffers start from their new `_in` value), goldens recomputed."""
     inputs = {k: np.array(v, copy=True) for k, v in job.inputs.items()}
     inputs.update({k: np.asarray(v).astype(inputs[k].dtype) for k, v in changes.items()})
     outputs = {k: (inputs[f"{k}_in"].copy() if f"{k}_in" in inputs else v) for k, v in job.outputs.items()}
-    return dataclasses.replace(job, inputs=inputs, outputs=outputs, goldens=_reference(task, inputs))
+    return dataclasses.replace(job, inputs=inputs, outputs=outputs, goldens=reference_outputs(task, inputs))
 
 
 def _rerendered(task, job, **constants):
@@ -170,18 +170,18 @@ def _edge_variants(base: dict) -> dict:
         pooling = _pooling_tokens(job.inputs["positions"], task.attrs)
         slots[pooling[0]] = -1
         slots[pooling[2]] = slots[pooling[1]]
-        out["edge:" + name.split(":")[1]] = (task, _variant(task, job, **{slot_param: slots}))
+        out["edge:" + name.split(":")[1]] = (task, job_variant(task, job, **{slot_param: slots}))
     # index score: an unmapped page inside the visible range of request 0 (its first page)
     task, job = base["csa:idx.score"]
     table = job.inputs["idx_block_table"].copy()
     table[0, 0] = -1
-    out["edge:idx.score"] = (task, _variant(task, job, idx_block_table=table))
+    out["edge:idx.score"] = (task, job_variant(task, job, idx_block_table=table))
     # top-k: FP32_NEG_INF inside the visible range (unmapped pages) and exact ties across the k boundary
     task, job = base["csa:idx.topk"]
     score = job.inputs["score"].copy()
     score[:, 2:6] = FP32_NEG_INF
     score[:, 8:40:2] = np.float32(0.25)
-    out["edge:idx.topk"] = (task, _variant(task, job, score=score))
+    out["edge:idx.topk"] = (task, job_variant(task, job, score=score))
     return out
 
 
@@ -197,11 +197,11 @@ def _pool_edges(base: dict, form: str) -> dict:
     table = job.inputs["state_block_table"].copy()
     table[0, 1] = -1    # request 0 (positions 96…99): the previous half of its window (92…95) unmapped
     table[3, 1] = -1    # request 3 (positions 60…63): its whole window unmapped, its own rows not written
-    out[f"edge{form}:cmp.scatter_softmax_pool"] = (task, _variant(task, job, positions=pos, state_block_table=table))
+    out[f"edge{form}:cmp.scatter_softmax_pool"] = (task, job_variant(task, job, positions=pos, state_block_table=table))
     task, job = base[f"hca{form}:cmp.scatter_softmax_pool"]
     table = job.inputs["state_block_table"].copy()
     table[:, 1] = -1
-    out[f"edge{form}:hca.scatter_softmax_pool"] = (task, _variant(task, job, state_block_table=table))
+    out[f"edge{form}:hca.scatter_softmax_pool"] = (task, job_variant(task, job, state_block_table=table))
     return out
 
 
@@ -281,7 +281,7 @@ def _check_bitwise(job, res) -> None:
 
 
 def _check_libm(task, job, res) -> None:
-    calc = _reference(task, job.inputs, libm=True)
+    calc = reference_outputs(task, job.inputs, libm=True)
     for name, want in job.goldens.items():
         got = res.outputs[name]
         assert _same(got, calc[name]), f"{name}: differs from the reference under the calculator's sqrt/exp"
@@ -301,7 +301,7 @@ def _pool_scale(task, job) -> np.ndarray:
     from dspark_ir.semantics.compressor import pool_token, window_state
 
     a = task.attrs
-    state = _reference(task, job.inputs)["state"]
+    state = reference_outputs(task, job.inputs)["state"]
     pos, table = job.inputs["positions"], job.inputs["state_block_table"]
     seq, ratio = int(a["seq"]), int(a["ratio"])
     scale = np.zeros(job.goldens["pooled"].shape)

@@ -23,12 +23,11 @@ Comparisons (always: res.ok, inputs untouched, pypto's tensor-graph + 6 default 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from tests.kernels.test_templates_swa import calculator_libm, ulp_units
+from tests.kernels.test_templates_csa import job_variant, reference_outputs
+from tests.kernels.test_templates_swa import ulp_units
 
 pytestmark = pytest.mark.pypto
 
@@ -58,35 +57,6 @@ def _layer_jobs(layer: str, prefix: str, chunk: int, start: int) -> dict:
     return out
 
 
-def _reference(task, inputs, libm: bool = False) -> dict[str, np.ndarray]:
-    """The numpy reference on kernel inputs (by parameter name), by output parameter."""
-    from lowering.codegen import inout_input_name
-    from lowering.executors import kernel_attrs, reference_of
-
-    args: list = [None] * task.operands
-    for a in task.args:
-        if a.reads:
-            args[a.index] = inputs[a.param if a.direction == "in" else inout_input_name(a.param)]
-    if libm:
-        with calculator_libm():
-            out = reference_of(task)(*args, **kernel_attrs(task))
-    else:
-        out = reference_of(task)(*args, **kernel_attrs(task))
-    outs = out if isinstance(out, tuple) else (out,)
-    by_operand = {a.index: a.param for a in task.args if a.direction == "inout"}
-    by_result = {a.index: a.param for a in task.args if a.direction == "out"}
-    return {by_operand[s["alias"]] if s.get("alias") is not None else by_result[r]: np.asarray(v)
-            for r, (s, v) in enumerate(zip(task.results, outs)) if not s.get("token")}
-
-
-def _variant(task, job, **changes):
-    """The job with some inputs replaced (in-place buffers start from their new `_in` value), goldens recomputed."""
-    inputs = {k: np.array(v, copy=True) for k, v in job.inputs.items()}
-    inputs.update({k: np.asarray(v).astype(inputs[k].dtype) for k, v in changes.items()})
-    outputs = {k: (inputs[f"{k}_in"].copy() if f"{k}_in" in inputs else v) for k, v in job.outputs.items()}
-    return dataclasses.replace(job, inputs=inputs, outputs=outputs, goldens=_reference(task, inputs))
-
-
 def _closing(positions, ratio: int) -> np.ndarray:
     return np.flatnonzero((np.asarray(positions, np.int64) + 1) % ratio == 0)
 
@@ -97,20 +67,20 @@ def _edges(base: dict) -> dict:
     task, job = base["csa7:cmp.prefill_pool"]
     table = job.inputs["state_block_table"].copy()
     table[0, 1] = -1
-    out["edge7:cmp.prefill_pool"] = (task, _variant(task, job, state_block_table=table))
+    out["edge7:cmp.prefill_pool"] = (task, job_variant(task, job, state_block_table=table))
     # chunk 9…20: the page of positions 0…7 unmapped: the window of position 11 loses 4…7 (8 from page 1), the
     # wrapped writes of positions 16…20 are skipped
     task, job = base["csa12:cmp.prefill_pool"]
     table = job.inputs["state_block_table"].copy()
     table[0, 0] = -1
-    out["edge12:cmp.prefill_pool"] = (task, _variant(task, job, state_block_table=table))
+    out["edge12:cmp.prefill_pool"] = (task, job_variant(task, job, state_block_table=table))
     # finish of chunk 9…20 (closing positions 11, 15, 19): the first slot −1, the third shares the second's slot
     task, job = base["csa12:cmp.prefill_finish_write"]
     slots = job.inputs["slot_mapping"].copy()
     hits = _closing(job.inputs["positions"], int(task.attrs["ratio"]))
     slots[hits[0]] = -1
     slots[hits[2]] = slots[hits[1]]
-    out["edge12:cmp.prefill_finish_write"] = (task, _variant(task, job, slot_mapping=slots))
+    out["edge12:cmp.prefill_finish_write"] = (task, job_variant(task, job, slot_mapping=slots))
     return out
 
 
@@ -146,7 +116,7 @@ def _pool_scale(task, job) -> np.ndarray:
     state = inputs["state_in"].copy()
     state[:, :out_dim] = np.abs(state[:, :out_dim])
     inputs |= {"kv": np.abs(inputs["kv"]), "state_in": state}
-    return _reference(task, inputs)["pooled"].astype(np.float64)
+    return reference_outputs(task, inputs)["pooled"].astype(np.float64)
 
 
 def _check(task, job, res) -> None:
@@ -162,7 +132,7 @@ def _check(task, job, res) -> None:
         assert np.all(np.abs(got - want) <= bound), f"pooled: max |Δ| {np.abs(got - want).max()}"
         assert np.array_equal(got == 0, want == 0), "pooled: zero rows differ"
         return
-    calc = _reference(task, job.inputs, libm=True)["cmp_kv"]
+    calc = reference_outputs(task, job.inputs, libm=True)["cmp_kv"]
     got, want = res.outputs["cmp_kv"], job.goldens["cmp_kv"]
     assert np.array_equal(got.view(np.uint16), calc.view(np.uint16)), "cmp_kv differs from the reference under " \
                                                                      "the calculator's sqrt"
