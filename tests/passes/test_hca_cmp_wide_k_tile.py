@@ -89,8 +89,9 @@ def test_fires_at_flash_tp1(context, works):
     caches grown to hold it) 1024 rows: 32 one-page items → 8 (T·32 → T·8 blocks)."""
     g = layers.build("decode-hca", config="flash", tp=1, batch=16, seq=8, max_context=context, cmp_pages_per_work=1)
     T = g.env["T"]
-    # at 128K the golden inputs of --check-numerics are GiBs (the contract is checked on tiny): the graph only
-    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False, check_numerics=False if context > 8192 else None))
+    # the firing and the grids only: the contract is checked on tiny above (flash golden inputs are hundreds of MiB
+    # at 8K and GiBs at 128K, minutes per case)
+    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False, check_numerics=False))
     assert statuses(result) == {PASS: "changed"}
     for graph, n, rows in ((g, works[0], 32), (result.graph, works[1], 128)):
         qk = graph.nodes[QK]

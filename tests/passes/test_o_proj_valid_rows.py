@@ -98,5 +98,7 @@ def test_fires_at_flash_tp1_rows_mostly_padding(layer):
     g = layers.build(layer, config="flash", tp=1, batch=16, seq=8, token_capacity=512)
     blocks = lambda graph: sum(n.attrs["blocks"].value(graph.env) for n in _proj_b(graph))  # noqa: E731
     assert blocks(g) == 256
-    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False))
+    # the firing and the grid only: the contract is checked on tiny above (flash numerics would build GiBs of
+    # golden inputs and take minutes per layer)
+    result = run_pipeline(g, PASS, ctx=PassContext(use_env=False, check_numerics=False))
     assert statuses(result) == {PASS: "changed"} and blocks(result.graph) == 64
