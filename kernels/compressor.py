@@ -4,7 +4,7 @@ The ops' numpy semantics: dspark_ir/semantics/compressor.py.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 # ---- pypto 0.2.0 template ------------------------------------------------------------------------
 # Source generators for the lowering (see kernels/pto.py), mirroring the references above. Two pypto 0.2.0
@@ -99,27 +99,20 @@ def pypto_rope_interleave(spec: KernelSpec) -> str:
     cos, sin = spec.operands
     cos_il, sin_signed = spec.results
     rows, half = cos.shape
-    rd = 2 * half
     src = Src(spec.signature())
     for r0 in range(0, rows, _PTO_ROPE_ROWS):
         r = min(_PTO_ROPE_ROWS, rows - r0)
-        w = pto_align(r, 8)
         pto_scope(src, 1 + r0 // _PTO_ROPE_ROWS)
         src(f"pypto.set_vec_tile_shapes({r}, {pto_align(half, 8)})")
         for name, t in (("c", cos), ("s", sin)):
             src(f"{name}f = {cast_expr(f'pypto.view({t.name}, [{r}, {half}], [{r0}, 0])', t.dtype, 'f32')}")
-        src(f"pypto.set_vec_tile_shapes({half}, {w})")
-        src("ct = pypto.transpose(cf, 0, 1)")
-        src("st = pypto.transpose(sf, 0, 1)")
-        src(f"pypto.set_vec_tile_shapes({half}, {pto_align(2 * r, 8)})")
-        src("cc = pypto.concat([ct, ct], -1)")
-        src("ss = pypto.concat([pypto.neg(st), st], -1)")
-        for name, target in (("cc", cos_il), ("ss", sin_signed)):
-            src(f"pypto.set_vec_tile_shapes({rd}, {w})")
-            src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
-            src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd, 8)})")
-            src(f"{name}o = {cast_expr(f'pypto.transpose({name}2, 0, 1)', 'f32', target.dtype)}")
-            src(f"pypto.assemble({name}o, [{r0}, 0], {target.name})")
+        targets = (cos_il, sin_signed)
+
+        def store(name: str, k: int, rows_f32: str, r0: int = r0) -> None:
+            src(f"{name}o = {cast_expr(rows_f32, 'f32', targets[k].dtype)}")
+            src(f"pypto.assemble({name}o, [{r0}, 0], {targets[k].name})")
+
+        _pto_interleave_rows(src, r, half, store)
         pto_scope(src, -1)
     return src.text()
 
@@ -1128,7 +1121,7 @@ def pypto_prefill_cmp_finish_write(spec: KernelSpec) -> str:
             rows = cast_expr(f"pypto.index_select(pypto.view({t.name}, [{p_n}, {half}], [0, 0]), 0, fi)", t.dtype,
                              "bf16")
             src(f"{name}f = {cast_expr(rows, 'bf16', 'f32')}")
-        _pto_interleave_rows(src, r, half, "cb", "sb")
+        _pto_interleave_rows(src, r, half, lambda _name, k, rows_f32: src(f"{('cb', 'sb')[k]} = {rows_f32}"))
         pto_rms_norm_block(src, pooled, spec.operands[1], r, r0, eps, "yn")
         src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd)})")
         src(f"rp = pypto.view(yn, [{r}, {rd}], [0, {nope}])")
@@ -1146,10 +1139,10 @@ def pypto_prefill_cmp_finish_write(spec: KernelSpec) -> str:
     return src.text()
 
 
-def _pto_interleave_rows(src: Src, r: int, half: int, cos_out: str, sin_out: str) -> None:
-    """`cos_out` / `sin_out` [r, 2·half] f32 = the interleaved tables of the f32 halves `cf` / `sf` [r, half]
-    (cos_il[j] = c[j >> 1], sin_signed[j] = ±s[j >> 1], − for even j; as pypto_rope_interleave: data movement
-    and a negation, exact)."""
+def _pto_interleave_rows(src: Src, r: int, half: int, store: Callable[[str, int, str], None]) -> None:
+    """The interleaved tables [r, 2·half] f32 of the f32 halves `cf` / `sf` [r, half] (cos_il[j] = c[j >> 1],
+    sin_signed[j] = ±s[j >> 1], − for even j: data movement and a negation, exact); `store(name, k, expr)` emits
+    what becomes of table k (0: cos, 1: sin), `expr` being its rows."""
     rd, w = 2 * half, pto_align(r, 8)
     src(f"pypto.set_vec_tile_shapes({half}, {w})")
     src("ct = pypto.transpose(cf, 0, 1)")
@@ -1157,8 +1150,8 @@ def _pto_interleave_rows(src: Src, r: int, half: int, cos_out: str, sin_out: str
     src(f"pypto.set_vec_tile_shapes({half}, {pto_align(2 * r, 8)})")
     src("cc = pypto.concat([ct, ct], -1)")
     src("ss = pypto.concat([pypto.neg(st), st], -1)")
-    for name, out in (("cc", cos_out), ("ss", sin_out)):
+    for k, name in enumerate(("cc", "ss")):
         src(f"pypto.set_vec_tile_shapes({rd}, {w})")
         src(f"{name}2 = pypto.reshape({name}, [{rd}, {r}])")
         src(f"pypto.set_vec_tile_shapes({r}, {pto_align(rd, 8)})")
-        src(f"{out} = pypto.transpose({name}2, 0, 1)")
+        store(name, k, f"pypto.transpose({name}2, 0, 1)")
