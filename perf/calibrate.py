@@ -45,7 +45,7 @@ except ModuleNotFoundError:      # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from .costs import KernelCost
-from .schedule import CHIP_BLOCK_MODEL, FITTED, SchedTask, ScheduleParams, sched_tasks, schedule
+from .schedule import CHIP_BLOCK_MODEL, FITTED, SchedTask, ScheduleParams, dispatched_blocks, sched_tasks, schedule
 
 FACTS = Path(__file__).parent / "calibration" / "facts.toml"
 RESULT = Path(__file__).parent / "calibration" / "result.json"
@@ -186,7 +186,7 @@ def probe_us(probe: Mapping, params: ScheduleParams) -> float:
 
 def block_dispatch_us(blocks: int, params: ScheduleParams) -> float:
     k = max(params.dispatchers, 1)
-    issued = min(blocks, params.cores("vector"))
+    issued = dispatched_blocks(SchedTask(0, "block dispatch", "vector", blocks), params)
     return params.us(math.ceil(issued / k) * params.block_dispatch_cycles) / blocks
 
 

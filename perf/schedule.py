@@ -45,9 +45,14 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
    the dispatch overhead: r_t = D + H + max f_d (the chip swimlane's 2.6-9.5 µs producer→consumer gaps).
    A task without dependencies is ready at D (no hop: nothing to wait for).
 7. Block dispatch. K dispatchers (`dispatchers`, the AICPU's scheduler threads) issue every task's blocks;
-   issuing one costs c (`block_dispatch_cycles`) of one dispatcher. A task dispatches min(B_t, N_kind)
-   blocks (a wider SPMD grid runs as cyclic workers, one per core, the way the seeds' kernels do); they
-   are issued in the order tasks become ready, each on the dispatcher free first, not before r_t. The
+   issuing one costs c (`block_dispatch_cycles`) of one dispatcher. How many blocks a task issues is the
+   issue rule (`block_issue`):
+     cores: min(B_t, N_kind) (a wider SPMD grid as if it ran as cyclic workers, one per core: the model's
+            default, the rule `dspark calibrate` fitted c under);
+     grid:  B_t, every logical block of the grid (pypto's `pl.spmd(n)` is n logical blocks that the AICPU
+            scheduler hands to the cores one by one; only a kernel written as cyclic workers, `pl.spmd(48)`
+            looping over its items, issues 48). See docs/seed-baselines.md "HCA sparse-attention stage".
+   They are issued in the order tasks become ready, each on the dispatcher free first, not before r_t. The
    task's first block may start when its first issue ends, and f_t >= (end of its last issue) + d_t.
    K = 0 turns the term off.
 8. Launch. `launch_cycles` L is paid once per call, before the first task: `call = L + makespan`
@@ -86,6 +91,7 @@ def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
 
 
 BLOCK_MODELS = ("work", "span", "grid")     # rule 2
+BLOCK_ISSUE = ("cores", "grid")             # rule 7
 NEEDS = {"cube": {"cube": 1}, "vector": {"vector": 1}, "mix": {"cube": 1, "vector": 2}}
 LANE = {"cube": "AIC", "vector": "AIV"}
 
@@ -106,12 +112,15 @@ class ScheduleParams:
     hop_cycles: float = 0.0        # rule 6: producer finish -> consumer ready
     block_dispatch_cycles: float = 0.0   # rule 7: one dispatcher's cost to issue one block
     dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
+    block_issue: str = "cores"     # rule 7: blocks a task issues: cores = min(B, N_kind); grid = B
     launch_cycles: float = 0.0     # rule 8: paid once per call
     name: str = "legacy"
 
     def __post_init__(self):
         if self.block_model not in BLOCK_MODELS:
             raise ScheduleError(f"block_model must be one of {', '.join(BLOCK_MODELS)}, got {self.block_model!r}")
+        if self.block_issue not in BLOCK_ISSUE:
+            raise ScheduleError(f"block_issue must be one of {', '.join(BLOCK_ISSUE)}, got {self.block_issue!r}")
         if min(self.hop_cycles, self.block_dispatch_cycles, self.launch_cycles, self.dispatchers) < 0:
             raise ScheduleError("hop, block dispatch, launch and dispatchers must be >= 0")
 
@@ -278,9 +287,12 @@ def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> f
 
 
 def dispatched_blocks(task: SchedTask, params: ScheduleParams) -> int:
-    """Blocks the dispatchers issue for a task (rule 7): one per core it can use, at most its grid."""
+    """Blocks the dispatchers issue for a task (rule 7): its whole grid under `block_issue = "grid"`, else one
+    per core it can use, at most its grid."""
     if task.core == "none" or task.blocks <= 0:
         return 0
+    if params.block_issue == "grid":
+        return task.blocks
     return min(task.blocks, params.cores(task.core))
 
 

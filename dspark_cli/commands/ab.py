@@ -83,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-model", choices=("work", "span", "grid"), default=None,
                    help="block rule (perf/schedule.py rule 2) instead of the model's own (chip: grid; legacy: work): "
                         "work = W / B, span = S / waves, grid = max of the two (a sensitivity variant)")
+    p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
+                   help="blocks a task's dispatch issues (perf/schedule.py rule 7) instead of the model's own (cores): "
+                        "cores = min(grid, cores of its kind); grid = every logical block of its SPMD grid")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -122,7 +125,7 @@ def command_line(args: argparse.Namespace) -> str:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     if args.model != "chip":
         line.option("--model", args.model)
-    line.option("--block-model", args.block_model)
+    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue)
     return str(line.option("-o", args.output))
 
 
@@ -184,6 +187,8 @@ def _params(args):
     params = ScheduleParams.named(args.model)
     if args.block_model is not None:
         params = replace(params, block_model=args.block_model)
+    if args.block_issue is not None:
+        params = replace(params, block_issue=args.block_issue)
     return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
 
 
@@ -204,7 +209,7 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
         "--offline", args.offline)
     if args.model != "chip":
         line.option("--model", args.model)
-    line.option("--block-model", args.block_model)
+    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     report.notes.append(f"Reproduce: `{line.option('-o', args.output)}`")

@@ -45,6 +45,8 @@ def test_lower_command_line(argv, want):
                                              "--hca-context 0 --source pypto --model legacy -o d"),
     (["ab", "--block-model", "span", "-o", "d"], "dspark ab --config flash --tp 4 --batch 16 --seq 8 --csa-context 256 "
                                                  "--hca-context 0 --source pypto --block-model span -o d"),
+    (["ab", "--block-issue", "grid", "-o", "d"], "dspark ab --config flash --tp 4 --batch 16 --seq 8 --csa-context 256 "
+                                                 "--hca-context 0 --source pypto --block-issue grid -o d"),
 ])
 def test_ab_command_line(argv, want):
     assert line(ab, argv) == want

@@ -49,6 +49,22 @@ def test_wide_task_is_dispatch_bound():
     assert schedule([SchedTask(0, "wide", "vector", 48)], {0: vec(10, 48)}, replace(p, dispatchers=0)).makespan == 10
 
 
+def test_grid_issue_dispatches_every_logical_block():
+    # rule 7 under block_issue = "grid": a 96-block grid is 96 issues (32 rounds of 100 cycles), not 48 workers'
+    p = replace(CHIP, block_dispatch_cycles=100, block_issue="grid")
+    wider = SchedTask(0, "wider", "vector", 96)
+    s = schedule([wider], {0: vec(10, 96)}, p)
+    assert s.runs[0].start == 100 and s.makespan == 3200 + 5
+    assert alone_cycles(wider, vec(10, 96), p) == 3205
+    # within the cores both rules issue the same blocks
+    wide = SchedTask(0, "wide", "vector", 48)
+    assert schedule([wide], {0: vec(10, 48)}, p).makespan == schedule([wide], {0: vec(10, 48)},
+                                                                       replace(p, block_issue="cores")).makespan
+    assert ScheduleParams.chip().block_issue == "cores"
+    with pytest.raises(ScheduleError, match="block_issue must be one of cores, grid"):
+        ScheduleParams(block_issue="all")
+
+
 def test_dispatchers_are_shared_between_tasks():
     p = replace(CHIP, block_dispatch_cycles=1)
     tasks = [SchedTask(0, "a", "vector", 24), SchedTask(1, "b", "vector", 24)]

@@ -259,7 +259,8 @@ def test_cli_runs_a_case_file(tmp_path, capsys):
     doc = json.loads((out / "cases.json").read_text())
     assert len(doc) == 5 and (out / "cases.md").is_file()
     assert doc[0]["predicted"]["before_us"] > 0
-    assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "grid"}
+    assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "grid",
+                               "block_issue": "cores"}
 
 
 def test_cli_block_model_selects_a_sensitivity_variant(tmp_path, capsys):
@@ -276,6 +277,24 @@ def test_cli_block_model_selects_a_sensitivity_variant(tmp_path, capsys):
     capsys.readouterr()
     others = docs["grid"][0]["trust"]["delta_other_block_models_pct"]
     assert set(others) == {"work", "span"}
+
+
+def test_cli_block_issue_selects_the_issue_rule(tmp_path, capsys):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    docs = {}
+    for rule in ("cores", "grid"):
+        out = tmp_path / rule
+        assert main(["ab", "--cases", str(path), "--source", "roofline", "--no-progress", "--block-issue", rule,
+                     "-o", str(out)]) == 0
+        docs[rule] = json.loads((out / "cases.json").read_text())
+        assert docs[rule][0]["model"]["block_issue"] == rule
+        assert f"--block-issue {rule}" in (out / "cases.md").read_text()
+    capsys.readouterr()
+    for cores, grid in zip(docs["cores"], docs["grid"]):    # issuing every block never makes a side faster
+        if cores["predicted"] is not None:
+            assert grid["predicted"]["before_us"] >= cores["predicted"]["before_us"]
+            assert grid["predicted"]["after_us"] >= cores["predicted"]["after_us"]
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
