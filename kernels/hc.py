@@ -12,7 +12,16 @@ from __future__ import annotations
 # 1368 → 18 → 12.6, hc_post 300 → 34 → 14, hc_pre_linear 89 → 52 → 19 (atomic form 67 → 23), hc_pre_rms
 # 74 → 22 → 12.3, mix_x 42 → 13 → 10.5, split_pre_post 41 → 14 → 6.8.
 from dspark_ir.hardware import HARDWARE
-from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
+from dspark_ir.ops.hc import (
+    CombSinkhorn,
+    HcPost,
+    HcPreLinear,
+    HcPreLinearReduce,
+    HcPreRms,
+    MixX,
+    MixXRmsNorm,
+    SplitPrePost,
+)
 
 from .pto import L0A_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
 from .registry import template
@@ -278,35 +287,68 @@ def pypto_hc_pre_linear_reduce(spec: KernelSpec) -> str:
 _PTO_MIX_ROWS = 8   # at most this many rows per forced subgraph
 
 
-@template(MixX)
-def pypto_mix_x(spec: KernelSpec) -> str:
-    """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) per row block, one forced subgraph each, as
-    rank-3 math on the streams [R, 1, D] (no stream reshapes): the block's pre [R, n] is one copy, expanded so
-    each column pre_i is a [R, 1, 1] view at a 32-byte boundary (a column view per stream was a copy of its
-    own), and 32 KiB tiles keep the four products in the UB (64 KiB tiles spilled them)."""
-    x, pre = spec.operands
-    out = spec.results[0]
+def _pto_mix_rows(src: Src, loop: RowLoop, x, pre, br: int) -> str:
+    """Emit the block's x_mixed = (x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3) in f32 as rank-3 math on the streams
+    [R, 1, D] (no stream reshapes): the block's pre [R, n] is one copy, expanded so each column pre_i is a
+    [R, 1, 1] view at a 32-byte boundary (a column view per stream was a copy of its own), and 32 KiB tiles
+    keep the four products in the UB (64 KiB tiles spilled them). Returns the [R, D] f32 value's name (under a
+    rank-2 vec tile) as an expression."""
     _, n, d = x.shape
-    src = Src(spec.signature())
-    loop = RowLoop(src, x, _pto_rows_per_block(spec, x, _PTO_MIX_ROWS))
-    br = loop.shape(x)[0]
     r0 = _pto_r0(loop)
     rows = f"{x.name}.shape[0]" if x.is_dynamic(0) else str(x.shape[0])
     dt = min(d, max(8, 8192 // br // 8 * 8))
+    src(f"pypto.set_vec_tile_shapes({br}, {n}, 8)")
+    src(f"p3 = pypto.reshape({pre.name}, [{rows}, {n}, 1], inplace=True)")
+    src(f"pv = pypto.expand_clone(pypto.view(p3, [{br}, {n}, 1], [{r0}, 0, 0]{_pto_valid(loop, n, 1)}), "
+        f"[{br}, {n}, 8]{_pto_valid(loop, n, 8)})")
+    src(f"pypto.set_vec_tile_shapes({br}, 1, {dt})")
+    for i in range(n):
+        src(f"s{i} = pypto.mul(pypto.view({x.name}, [{br}, 1, {d}], [{r0}, {i}, 0]{_pto_valid(loop, 1, d)}), "
+            f"pypto.view(pv, [{br}, 1, 1], [0, {i}, 0]{_pto_valid(loop, 1, 1)}))")
+    src("y = pypto.add(pypto.add(s0, s1), pypto.add(s2, s3))")
+    src(f"pypto.set_vec_tile_shapes({br}, {dt})")
+    return f"pypto.reshape(y, [{br}, {d}]{_pto_valid(loop, d)})"
+
+
+@template(MixX)
+def pypto_mix_x(spec: KernelSpec) -> str:
+    """x_mixed = rb((x0·pre0 + x1·pre1) + (x2·pre2 + x3·pre3)) per row block, one forced subgraph each
+    (`_pto_mix_rows`)."""
+    x, pre = spec.operands
+    out = spec.results[0]
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, _pto_rows_per_block(spec, x, _PTO_MIX_ROWS))
+    br = loop.shape(x)[0]
     with loop.loop():
         pto_scope(src, 1)
-        src(f"pypto.set_vec_tile_shapes({br}, {n}, 8)")
-        src(f"p3 = pypto.reshape({pre.name}, [{rows}, {n}, 1], inplace=True)")
-        src(f"pv = pypto.expand_clone(pypto.view(p3, [{br}, {n}, 1], [{r0}, 0, 0]{_pto_valid(loop, n, 1)}), "
-            f"[{br}, {n}, 8]{_pto_valid(loop, n, 8)})")
-        src(f"pypto.set_vec_tile_shapes({br}, 1, {dt})")
-        for i in range(n):
-            src(f"s{i} = pypto.mul(pypto.view({x.name}, [{br}, 1, {d}], [{r0}, {i}, 0]{_pto_valid(loop, 1, d)}), "
-                f"pypto.view(pv, [{br}, 1, 1], [0, {i}, 0]{_pto_valid(loop, 1, 1)}))")
-        src("y = pypto.add(pypto.add(s0, s1), pypto.add(s2, s3))")
-        src(f"pypto.set_vec_tile_shapes({br}, {dt})")
-        src(f"yb = {cast_expr(f'pypto.reshape(y, [{br}, {d}]{_pto_valid(loop, d)})', 'f32', out.dtype)}")
+        y = _pto_mix_rows(src, loop, x, pre, br)
+        src(f"yb = {cast_expr(y, 'f32', out.dtype)}")
         loop.store("yb", out)
+        pto_scope(src, -1)
+    return src.text()
+
+
+@template(MixXRmsNorm)
+def pypto_mix_x_rms_norm(spec: KernelSpec) -> str:
+    """rmsnorm(mix_x(x_hc, pre), w) per row block in one forced subgraph: the mixed rows (`_pto_mix_rows`) are
+    rounded to bf16 (mix_x's rounding point) and normed in the UB (rmsnorm's f32 math: x · inv first, then · w,
+    one bf16 rounding); x_mixed never goes to GM."""
+    x, pre, w = spec.operands
+    out = spec.results[0]
+    d = x.shape[2]
+    eps = float(spec.attrs.get("eps", 1e-6))
+    src = Src(spec.signature())
+    loop = RowLoop(src, x, _pto_rows_per_block(spec, x, _PTO_MIX_ROWS))
+    br = loop.shape(x)[0]
+    with loop.loop():
+        pto_scope(src, 1)
+        y = _pto_mix_rows(src, loop, x, pre, br)
+        src(f"xf = {cast_expr(cast_expr(y, 'f32', 'bf16'), 'bf16', 'f32')}")
+        src(f"wf = {cast_expr(f'pypto.reshape({w.name}, [1, {d}])', w.dtype, 'f32')}")
+        src("sq = pypto.sum(pypto.mul(xf, xf), -1, keepdim=True)")
+        src(f"inv = pypto.rsqrt(pypto.add(pypto.mul(sq, {1.0 / d!r}), {eps!r}))")
+        src(f"yn = {cast_expr('pypto.mul(pypto.mul(xf, inv), wf)', 'f32', out.dtype)}")
+        loop.store("yn", out)
         pto_scope(src, -1)
     return src.text()
 

@@ -68,7 +68,16 @@ from dspark_ir.ops.compressor import (
     RopeSwapIdx,
 )
 from dspark_ir.ops.core import Add, Cast, Concat, Matmul, Mul, Reshape, RmsNorm, Rope, Zeros
-from dspark_ir.ops.hc import CombSinkhorn, HcPost, HcPreLinear, HcPreLinearReduce, HcPreRms, MixX, SplitPrePost
+from dspark_ir.ops.hc import (
+    CombSinkhorn,
+    HcPost,
+    HcPreLinear,
+    HcPreLinearReduce,
+    HcPreRms,
+    MixX,
+    MixXRmsNorm,
+    SplitPrePost,
+)
 from dspark_ir.ops.indexer import (
     IdxHadamardMatmul,
     IdxQQuant,
@@ -395,6 +404,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     HcPreRms: _factor(3),
     HcPost: _factor(6),
     MixX: _factor(3),
+    MixXRmsNorm: _factor(5),   # per x_hc element: mix_x's 3 + rmsnorm's 6 per x_mixed element (¼ as many), rounded
     **dict.fromkeys((HcPreLinearReduce, SplitPrePost), DEFAULTS),
     # deterministic split-k; no cube rule yet: matmul_partials' FLOPs are not counted
     **dict.fromkeys((MatmulPartials, SplitReduce), DEFAULTS),

@@ -10,6 +10,7 @@ that has the op is checked:
 
   comb_sinkhorn  → goldens.hc.hc_gates(...).comb at cfg.sinkhorn_iters (not the node's own count)
   split_pre_post → hc_gates pre, post        mix_x → hc_collapse        hc_post → goldens.hc.hc_post
+  mix_x_rms_norm → rms_norm(hc_collapse)
   rmsnorm        → goldens.norm.rms_norm (eps from the config)
   the O path     → goldens.o_proj.o_proj / o_proj_tp from the packed heads (the operand of the first O op)
                    to attn_out (hc_post's first operand), at every TP: a one-row fault inside it shows here
@@ -24,7 +25,7 @@ from dspark_ir import layers
 from dspark_ir.graph import Graph
 from dspark_ir.ops.collective import OGroupA2A
 from dspark_ir.ops.core import RmsNorm
-from dspark_ir.ops.hc import CombSinkhorn, HcPost, MixX, SplitPrePost
+from dspark_ir.ops.hc import CombSinkhorn, HcPost, MixX, MixXRmsNorm, SplitPrePost
 from dspark_ir.ops.oproj import OProjA
 from goldens import hc as ghc
 from goldens.norm import rms_norm
@@ -41,6 +42,7 @@ STAGES: dict[type, tuple[tuple[str, ...], Callable[..., tuple]]] = {
     CombSinkhorn: (("hc.comb",), lambda cfg, m, r, s, b: (ghc.hc_gates(cfg, _mix(m, r), s, b)[2],)),
     SplitPrePost: (("hc.pre", "hc.post"), lambda cfg, m, r, s, b: ghc.hc_gates(cfg, _mix(m, r), s, b)[:2]),
     MixX: (("hc.x_mixed",), lambda cfg, x, pre: (ghc.hc_collapse(x, pre),)),
+    MixXRmsNorm: (("hc.x_mixed+rmsnorm",), lambda cfg, x, pre, w: (rms_norm(ghc.hc_collapse(x, pre), w, cfg.rms_eps),)),
     HcPost: (("hc_post",), lambda cfg, a, x, post, comb: (ghc.hc_post(a, x, post, comb),)),
     RmsNorm: (("rmsnorm",), lambda cfg, x, w: (rms_norm(x, w, cfg.rms_eps),)),
 }

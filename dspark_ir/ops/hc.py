@@ -29,6 +29,16 @@ def _mix_operands(ins) -> TensorType:
     return mixes
 
 
+def _mixed(x: TensorType, pre: TensorType) -> TensorType:
+    """mix_x's result type: x_hc [T, 4, D] weighted by pre [T, 4] → bf16[T, D]."""
+    _x_hc(x)
+    expect(x.shape[1].value() in (None, 4), f"mix_x sums 4 streams pairwise, got {x}")
+    expect(pre.rank == 2 and pre.dtype == F32, f"pre must be f32[T, hc_mult], got {pre}")
+    expect_same_dim(pre.shape[0], x.shape[0], "pre rows")
+    expect_same_dim(pre.shape[1], x.shape[1], "pre width vs hc_mult")
+    return TensorType(DType.bf16, (x.shape[0], x.shape[2]))
+
+
 class _HcOp(OpDef):
     family = "hc"
 
@@ -162,16 +172,30 @@ class MixX(_HcOp):
     reference = numpy_reference("hc", "mix_x")
 
     def infer(self, ins, attrs):
-        x, pre = ins
-        _x_hc(x)
-        expect(x.shape[1].value() in (None, 4), f"mix_x sums 4 streams pairwise, got {x}")
-        expect(pre.rank == 2 and pre.dtype == F32, f"pre must be f32[T, hc_mult], got {pre}")
-        expect_same_dim(pre.shape[0], x.shape[0], "pre rows")
-        expect_same_dim(pre.shape[1], x.shape[1], "pre width vs hc_mult")
-        return [TensorType(DType.bf16, (x.shape[0], x.shape[2]))]
+        return [_mixed(*ins)]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0]), ("d", ins[0].shape[2])]
+
+
+@register_op
+class MixXRmsNorm(_HcOp):
+    """rmsnorm(mix_x(x_hc, pre), w) per token row in one task: the bf16 x_mixed row stays on chip → bf16[T, D]
+    (the captured code's fused `mix_x_rms_norm`; the rounding points of mix_x then rmsnorm)."""
+    name = "mix_x_rms_norm"
+    operands = ("x_hc", "pre", "w")
+    attrs = {"eps": Attr("float", 1e-6)}
+    reference = numpy_reference("hc", "mix_x_rms_norm")
+
+    def infer(self, ins, attrs):
+        x, pre, w = ins
+        mixed = _mixed(x, pre)
+        expect_rank(w, 1, "weight")
+        expect_same_dim(w.shape[0], x.shape[2], "weight length vs hidden")
+        return [mixed]
+
+    def tile_axes(self, ins, outs, attrs):
+        return [("rows", ins[0].shape[0])]
 
 
 @register_op

@@ -114,6 +114,13 @@ def mix_x(x_hc, pre, **_):
     return to_bf16((s[0] + s[1]) + (s[2] + s[3]))
 
 
+def mix_x_rms_norm(x_hc, pre, w, *, eps=1e-6, **_):
+    """rmsnorm(mix_x(x_hc, pre), w): x_mixed rounded to bf16 once, then the norm's own rounding (bf16 [T, D])."""
+    from .norm import rmsnorm
+
+    return rmsnorm(mix_x(x_hc, pre), w, eps=eps)
+
+
 def hc_post(x_attn, x_hc, post, comb, **_):
     """y[:, o] = f32(x_attn)·post[:, o], then += x_hc[:, i]·C[:, i, o] for i ascending (f32 [T, n, D])."""
     a, res, post, comb = f32(x_attn), f32(x_hc), f32(post), f32(comb)

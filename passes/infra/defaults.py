@@ -108,6 +108,10 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "targets=all it would become partials), and the reduce task takes its row tile from the split-K "
           "task's final tile; default targets=hc as in the seed PR (deterministic qkv was reverted for its "
           "prefill cost); dce is not needed for the zero seed, the pass removes it"),
+    Entry("fuse-mix-x-rms-norm",
+          "an hc_pre rewrite beside deterministic-split-k (which rewrites the linear, not the mix): no other pass "
+          "touches mix_x or the attention input norm, so its place only has to precede dce; the captured code of "
+          "the HCA swimlane (pypto-lib fa5bf7e) runs the pair as one task, so the swimlane's pipeline keeps it"),
     Entry("hca-raw-kv-no-transpose",
           "an HCA attention-side rewrite (pypto-lib #1035), independent of the re-tiling passes above (it keeps the "
           "raw attention's tile and grid); before fuse-merge-rope-pack and the O-path exchanges so those see the "

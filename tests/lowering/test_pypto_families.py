@@ -81,6 +81,11 @@ CASES = {
                                  "  %y = hc_pre_linear_reduce(%p) {k_split = 4} : f32[T,24]\n  return %y\n}\n"),
     "mix_x": Case("graph @k<T = 20>(%x: f32[T,4,256], %pre: f32[T,4]) {\n"
                   "  %y = mix_x(%x, %pre) {tile = [8, 64], tail = clamp} : bf16[T,256]\n  return %y\n}\n"),
+    # mix_x then rmsnorm in one task per row block (fuse-mix-x-rms-norm): 20 rows in blocks of 8 (the last partial);
+    # the norm's rsqrt is pypto's, one bf16 ulp from numpy's on rare points (as the rmsnorm template's own case)
+    "mix_x_rms_norm": Case("graph @k<T = 20>(%x: f32[T,4,256], %pre: f32[T,4], %w: bf16[256]) {\n"
+                           "  %y = mix_x_rms_norm(%x, %pre, %w) {tile = [8], tail = clamp} : bf16[T,256]\n"
+                           "  return %y\n}\n", ulps=1),
     # one block per token: one token per task
     "hc_post": Case("graph @k<T = 12>(%a: bf16[T,256], %x: f32[T,4,256], %post: f32[T,4], %comb: f32[T,4,4]) {\n"
                     "  %y = hc_post(%a, %x, %post, %comb) {tile = [8, 1], tail = clamp, blocks = 12}"

@@ -45,8 +45,11 @@ def test_fires_on_kv_proj_at_flash_tp4(layer, tmp_path):
     assert (kv.attrs["m_split"], kv.attrs["k_split"], kv.attrs["accumulate"]) == (4, 4, "atomic")
     assert "tail" not in kv.attrs
     # edges unchanged: the seed is still an operand (it precedes all 64 blocks), the late_dep edge stays
-    # (SWA: typed-gather lets kv_proj read the gathered window instead of its read-back copy)
-    assert [v.name for v in kv.operands] == [v.name.removesuffix(".copy_out") for v in was.operands]
+    # (SWA: typed-gather lets kv_proj read the gathered window instead of its read-back copy;
+    # fuse-mix-x-rms-norm makes the attention norm the fused mix + norm task)
+    fused = {"attn.rms_norm": "attn.mix_x_rms_norm"}
+    assert [v.name for v in kv.operands] == [fused.get(v.name, v.name.removesuffix(".copy_out"))
+                                             for v in was.operands]
     gathered = ["cp.x_normed_allgather"] if layer == "decode-swa" else []   # typed-gather's wait → reader edge
     assert kv.operands[2].producer.op == "zeros" and [d.name for d in kv.deps] == ["attn.late_dep", *gathered]
     # no other matmul is re-gridded (the M tile inside a block is tile-choice's, later in the pipeline)
