@@ -87,8 +87,7 @@ class MoeHandshakeDeps(Pass):
         if site.rule == "drop-aer":
             if not node.attrs.get("aer") or self.aer_role(g, node) is None:
                 return None
-            node.attrs = {k: v for k, v in node.attrs.items() if k != "aer"}
-            g.touch()   # attributes only: edges and names are unchanged
+            g.set_attrs(node, {k: v for k, v in node.attrs.items() if k != "aer"})
             return RewriteRecord("drop-aer", node.name, site.detail)
         sites = [s for s in self._wait_sites(g, node) if isinstance(s, Site)]
         if not sites or sites[0].rule != site.rule:
