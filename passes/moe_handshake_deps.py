@@ -177,7 +177,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
     attrs.update(notifier=wait.name, expected=wait.attrs.get("epoch", 1))
     barrier = g.add_op(SignalBarrier.name, list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
                        deps=_by_name(wait.deps + gates), near=wait)
-    notifier.attrs = notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"})
+    g.set_attrs(notifier, notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"}))
     g.replace_uses(wait.result, barrier.result)
     g.remove_node(wait)
     g.rename(barrier.result, wait.name)
