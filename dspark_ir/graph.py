@@ -104,6 +104,7 @@ class Graph:
         self._by_op: dict[str, set[str]] | None = None     # op → names of its nodes
         self._attr_keys: dict[int, tuple] = {}    # id(attrs) → (attrs, names, values, key): see attr_key
         self._attr_pool: dict[tuple, tuple] = {}  # one shared copy of each remembered key and name tuple
+        self._log: EditLog | None = None          # see record_edits
 
     # ---- construction -----------------------------------------------------------------------
     @property
@@ -139,6 +140,8 @@ class Graph:
             self._claim(rn)
         node = Node(result_names[0], op, list(operands), [], node_attrs, list(deps), self._seq_for(near), loc)
         node.results = [Value(rn, t, node, i) for i, (rn, t) in enumerate(zip(result_names, types))]
+        if self._log is not None:
+            self._log.saw_new(node.name)
         self.nodes[node.name] = node
         for v in node.results:
             self.values[v.name] = v
@@ -185,6 +188,8 @@ class Graph:
         for node in self._referencing(old):      # the nodes whose operands or deps name `old`
             if node is skip:
                 continue
+            if self._log is not None:
+                self._log.saw(node)
             hit = False
             for seq in (node.operands, node.deps):
                 for i, v in enumerate(seq):
@@ -209,6 +214,8 @@ class Graph:
             if users or v in self.returns:
                 who = users[0].name if users else "the graph's return"
                 raise VerifyError(f"cannot remove '{node.name}': result %{v.name} is used by {who}")
+        if self._log is not None:
+            self._log.saw(node)
         del self.nodes[node.name]
         for v in node.results:
             del self.values[v.name]
@@ -218,8 +225,15 @@ class Graph:
         """Rename a value (and its node, if it is the node's first result)."""
         self._claim(new_name)
         old_name = value.name
-        del self.values[value.name]
         node = value.producer
+        if self._log is not None:                # the users' keys name the value; the node's key names its results
+            for user in self._referencing(value):
+                self._log.saw(user)
+            if node is not None:
+                self._log.saw(node)
+                if node.results[0] is value:
+                    self._log.saw_new(new_name)
+        del self.values[value.name]
         moved = None
         if node is not None and node.results[0] is value:
             moved = node.name
@@ -232,8 +246,18 @@ class Graph:
 
     def set_deps(self, node: Node, deps: Sequence[Value]) -> None:
         """Replace `node`'s explicit deps (keeps the derived indexes instead of dropping them)."""
+        if self._log is not None:
+            self._log.saw(node)
         old = (*node.operands, *node.deps)
         node.deps = list(deps)
+        self._index_edited(node, old)
+
+    def set_operands(self, node: Node, operands: Sequence[Value]) -> None:
+        """Replace `node`'s operands (keeps the derived indexes)."""
+        if self._log is not None:
+            self._log.saw(node)
+        old = (*node.operands, *node.deps)
+        node.operands = list(operands)
         self._index_edited(node, old)
 
     def insert_dep(self, node: Node, index: int, value: Value) -> None:
@@ -242,17 +266,31 @@ class Graph:
         if value in node.operands or value in node.deps:     # values compare by identity
             self.set_deps(node, node.deps[:index] + [value] + node.deps[index:])
             return
+        if self._log is not None:
+            self._log.saw(node)
         node.deps = node.deps[:index] + [value] + node.deps[index:]
         self._index_edited(node, (), [value], [])
 
     def set_operand(self, node: Node, index: int, value: Value) -> None:
         """Point operand `index` of `node` at `value` (keeps the derived indexes)."""
+        if self._log is not None:
+            self._log.saw(node)
         old = (*node.operands, *node.deps)
         node.operands[index] = value
         self._index_edited(node, old)
 
+    def set_attrs(self, node: Node, attrs: dict[str, Any]) -> None:
+        """Give `node` the attribute dict `attrs` (normalized by the caller): edges and names stay."""
+        if self._log is not None:
+            self._log.saw(node)
+        node.attrs = attrs
+        self._moved_on()
+
     def touch(self) -> None:
-        """Record a change that affects neither edges nor names (attributes): only the version moves."""
+        """Record a change that affects neither edges nor names (attributes edited in place): only the version
+        moves. It cannot say which node changed: while edits are recorded, use `set_attrs`."""
+        if self._log is not None:
+            self._log.blind = True
         self._moved_on()
 
     def _moved_on(self) -> None:
@@ -263,7 +301,10 @@ class Graph:
             self._topo = (self._version, *self._topo[1:])
 
     def invalidate(self) -> None:
-        """Forget derived indexes; call after editing a node's operands, deps or attrs in place."""
+        """Forget derived indexes; call after editing a node's operands, deps or attrs in place (while edits are
+        recorded, edit through set_operands / set_deps / set_attrs instead: this cannot say which node changed)."""
+        if self._log is not None:
+            self._log.blind = True
         self._changed()
 
     def _changed(self) -> None:
@@ -746,6 +787,23 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    # ---- edit records -----------------------------------------------------------------------
+    def record_edits(self) -> "EditLog":
+        """Start recording what the edits made through the graph's methods touch (a new log replaces the last)."""
+        self._log = EditLog(self)
+        return self._log
+
+    def stop_recording(self) -> None:
+        self._log = None
+
+    def node_key(self, node: Node) -> tuple:
+        """Everything that defines a node but its name: (op, operand names, (result name, type text) pairs,
+        attr_key of the attributes, dep names)."""
+        results = node.results
+        named = tuple(zip(map(_NAME, results), map(str, map(_TYPE, results))))
+        return (node.op, tuple(map(_NAME, node.operands)), named, self.attr_key(node.attrs),
+                tuple(map(_NAME, node.deps)))
+
     # ---- copies and identity ----------------------------------------------------------------
     def clone(self) -> "Graph":
         g = Graph(self.name, self.symbols, self.attributes)
@@ -768,15 +826,16 @@ class Graph:
 
     def structural_key(self) -> tuple:
         """Everything that defines the graph's meaning and schedule, independent of print order."""
-        params = tuple((p.name, str(p.type), p.inout) for p in self.params)
-        nodes = tuple(sorted(
-            (n.name, n.op, tuple(map(_NAME, n.operands)),
-             tuple(zip(map(_NAME, n.results), map(str, map(_TYPE, n.results)))),
-             self.attr_key(n.attrs), tuple(map(_NAME, n.deps)))
-            for n in self.nodes.values()))
+        nodes = tuple(sorted((n.name, *self.node_key(n)) for n in self.nodes.values()))
+        name, symbols, attributes, params, returns = self.graph_key()
+        return (name, symbols, attributes, params, nodes, returns)
+
+    def graph_key(self) -> tuple:
+        """The graph-level part of the structural key: name, symbols, attributes, parameters, return names."""
+        params = self.params
+        params = tuple(zip(map(_NAME, params), map(str, map(_TYPE, params)), map(attrgetter("inout"), params)))
         attributes = tuple(sorted((k, format_attr_value(v)) for k, v in self.attributes.items()))
-        return (self.name, tuple(self.symbols.items()), attributes, params, nodes,
-                tuple(v.name for v in self.returns))
+        return (self.name, tuple(self.symbols.items()), attributes, params, tuple(map(_NAME, self.returns)))
 
     def structural_hash(self) -> str:
         return hashlib.sha256(repr(self.structural_key()).encode()).hexdigest()[:16]
@@ -786,6 +845,117 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"<Graph @{self.name}: {len(self.params)} params, {len(self.nodes)} nodes>"
+
+
+@dataclass(eq=False)
+class NodeState:
+    """A node as it was: what `Graph.clone()` copies of it, and its `Graph.node_key`."""
+    name: str
+    op: str
+    operands: tuple[str, ...]
+    results: tuple[tuple[str, TensorType, int], ...]     # (name, type, index)
+    attrs: dict[str, Any]
+    deps: tuple[str, ...]
+    seq: tuple[int, ...]
+    loc: str
+    key: tuple | None = None
+
+    @staticmethod
+    def of(node: Node, key: tuple | None = None) -> "NodeState":
+        return NodeState(node.name, node.op, tuple(map(_NAME, node.operands)),
+                         tuple((v.name, v.type, v.index) for v in node.results), dict(node.attrs),
+                         tuple(map(_NAME, node.deps)), node.seq, node.loc, key)
+
+
+class EditLog:
+    """What the edits made through a graph's methods touched since `Graph.record_edits()`: for every node name
+    they touched, the node as it was before the first of them (None: no node had that name). A name no edit
+    touched names the same node, unchanged. With the graph-level state taken at the start, that is the graph as
+    it was (`graph_before`) and what changed (`changes`), without walking the untouched nodes.
+
+    `Graph.touch()` and `Graph.invalidate()` (edits made in place) cannot say what they changed: they mark the
+    log `blind`, and then it knows nothing."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.version = g.version
+        self.blind = False
+        self.before: dict[str, NodeState | None] = {}
+        self._order = list(g.nodes)          # names in g.nodes order (clone sorts by seq, ties in this order)
+        params = g.params
+        self._header = (g.name, dict(g.symbols), dict(g.attributes), g.loc, g._next_seq, dict(g._children),
+                        tuple(zip(map(_NAME, params), map(_TYPE, params), map(attrgetter("inout"), params))),
+                        tuple(map(_NAME, g.returns)))
+        self._graph: Graph | None = None
+
+    def saw(self, node: Node) -> None:
+        """`node` is about to change (or go): keep it as it is, if it is the first time."""
+        if node.name not in self.before:
+            self.before[node.name] = NodeState.of(node, self.g.node_key(node))
+
+    def saw_new(self, name: str) -> None:
+        """A node takes the name `name`, which no node has now."""
+        self.before.setdefault(name, None)
+
+    def changes(self) -> tuple[list[str], list[str], list[str]]:
+        """(added, removed, modified) node names, by comparing each touched name's node key before and now;
+        in no particular order."""
+        g = self.g
+        added, removed, modified = [], [], []
+        for name, was in self.before.items():
+            now = g.nodes.get(name)
+            if was is None:
+                if now is not None:
+                    added.append(name)
+            elif now is None:
+                removed.append(name)
+            elif g.node_key(now) != was.key:
+                modified.append(name)
+        return added, removed, modified
+
+    def undefined(self) -> str | None:
+        """A value the touched nodes or the returns use that the graph does not define (what `Graph.clone()`
+        would fail on), or None."""
+        g = self.g
+        for name in self.before:
+            node = g.nodes.get(name)
+            if node is not None:
+                for v in (*node.operands, *node.deps):
+                    if v.name not in g.values:
+                        return f"%{v.name} (used by '{node.name}')"
+        for v in g.returns:
+            if v.name not in g.values:
+                return f"%{v.name} (returned)"
+        return None
+
+    def graph_before(self) -> Graph:
+        """The graph as `g.clone()` would have copied it when the log started (made once)."""
+        if self._graph is None:
+            self._graph = self._rebuild()
+        return self._graph
+
+    def _rebuild(self) -> Graph:
+        assert not self.blind, "an edit in place (touch / invalidate) was not recorded"
+        name, symbols, attributes, loc, next_seq, children, params, returns = self._header
+        g = Graph(name, symbols, attributes)
+        g.loc = loc
+        g._next_seq, g._children = next_seq, dict(children)
+        for p_name, p_type, inout in params:
+            g.add_param(p_name, p_type, inout)
+        before, now = self.before, self.g.nodes
+        states = [before[n] if n in before else NodeState.of(now[n]) for n in self._order]
+        for st in sorted(states, key=attrgetter("seq")):
+            copy = Node(st.name, st.op, [], [], dict(st.attrs), [], st.seq, st.loc)
+            copy.results = [Value(r_name, t, copy, i) for r_name, t, i in st.results]
+            g.nodes[copy.name] = copy
+            for v in copy.results:
+                g.values[v.name] = v
+        for st in states:
+            copy = g.nodes[st.name]
+            copy.operands = [g.values[v] for v in st.operands]
+            copy.deps = [g.values[v] for v in st.deps]
+        g.returns = [g.values[v] for v in returns]
+        return g
 
 
 def _insert_sink(order: list[Node], node: Node) -> list[Node]:

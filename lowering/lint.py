@@ -87,6 +87,13 @@ class LintReport:
 
 def lint(tg: TaskGraph | Sequence[Task], deps: Mapping[int, Sequence[int]] | None = None) -> LintReport:
     """Check `deps` (default: the tasks' own) against the hazards of the tasks' regions."""
+    from dspark_ir.gctools import paused_gc
+
+    with paused_gc():     # no result depends on it; with the graphs alive, each collection walks them all
+        return _lint(tg, deps)
+
+
+def _lint(tg: TaskGraph | Sequence[Task], deps: Mapping[int, Sequence[int]] | None) -> LintReport:
     tasks = list(tg.tasks if isinstance(tg, TaskGraph) else tg)
     n = len(tasks)
     deps = {t.id: list(t.deps) for t in tasks} if deps is None else {k: list(v) for k, v in deps.items()}
@@ -147,13 +154,19 @@ def _cross_rank(tasks: Sequence[Task], hazards: Sequence[Hazard], anc: list[int]
     waiters = [t for t in tasks if "notifier" in t.attrs and _signal_operand(t, "wait_operand") is not None]
     windows = {b for t in tasks for b in (_signal_operand(t, "wait_operand"), _signal_operand(t, "notify_operand"))
                if b is not None}
+    waiting = {w.id for w in waiters}
+    announcers: dict[int, list[Task]] = {}   # task id → the waits naming it as their notifier or declared after it
+    for w in waiters:
+        notifier = by_name.get(w.attrs["notifier"]) if isinstance(w.attrs["notifier"], str) else None
+        for announced in dict.fromkeys([*([notifier.id] if notifier is not None else []), *w.declared]):
+            announcers.setdefault(announced, []).append(w)
     issues: list[LintIssue] = []
     reported: set[tuple[int, int]] = set()
     for h in hazards:
         writer, reader = tasks[h.first], tasks[h.second]
-        if h.kind != "raw" or h.buffer in windows or not _writes_remotely(writer) or reader in waiters:
+        if h.kind != "raw" or h.buffer in windows or not _writes_remotely(writer) or reader.id in waiting:
             continue
-        announcing = [w for w in waiters if w.attrs.get("notifier") == writer.name or writer.id in w.declared]
+        announcing = announcers.get(writer.id, [])
         if any(w.id == reader.id or anc[reader.id] >> w.id & 1 for w in announcing) or \
                 (writer.id, reader.id) in reported:
             continue

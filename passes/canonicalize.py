@@ -209,8 +209,7 @@ def _apply_join(g: Graph, node: Node) -> str:
     if len(node.operands) == 1:
         return _forward(g, node, "join of one token")
     unique = list({id(v): v for v in node.operands}.values())
-    node.operands = unique
-    g.invalidate()
+    g.set_operands(node, unique)
     return f"{len(unique)} distinct operands"
 
 

@@ -87,8 +87,7 @@ class MoeHandshakeDeps(Pass):
         if site.rule == "drop-aer":
             if not node.attrs.get("aer") or self.aer_role(g, node) is None:
                 return None
-            node.attrs = {k: v for k, v in node.attrs.items() if k != "aer"}
-            g.touch()   # attributes only: edges and names are unchanged
+            g.set_attrs(node, {k: v for k, v in node.attrs.items() if k != "aer"})
             return RewriteRecord("drop-aer", node.name, site.detail)
         sites = [s for s in self._wait_sites(g, node) if isinstance(s, Site)]
         if not sites or sites[0].rule != site.rule:
@@ -178,7 +177,7 @@ def _one_notify(g: Graph, wait: Node) -> RewriteRecord:
     attrs.update(notifier=wait.name, expected=wait.attrs.get("epoch", 1))
     barrier = g.add_op(SignalBarrier.name, list(wait.operands), attrs, names=g.fresh_name(wait.name + ".barrier"),
                        deps=_by_name(wait.deps + gates), near=wait)
-    notifier.attrs = notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"})
+    g.set_attrs(notifier, notifier.opdef.normalize_attrs({**notifier.attrs, "notify_per": "none"}))
     g.replace_uses(wait.result, barrier.result)
     g.remove_node(wait)
     g.rename(barrier.result, wait.name)

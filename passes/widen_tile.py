@@ -155,5 +155,4 @@ def _retile(g: Graph, node: Node, tile: int) -> None:
     attrs.update(tile=(tile,), blocks=D.ceildiv(extent, tile))
     if extent.value(g.env) % tile:
         attrs["tail"] = "clamp"
-    node.attrs = node.opdef.normalize_attrs(attrs)
-    g.touch()   # attributes only: edges and names are unchanged
+    g.set_attrs(node, node.opdef.normalize_attrs(attrs))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspark_ir.errors import DsparkError
-from dspark_ir.graph import Graph
+from dspark_ir.graph import EditLog, Graph
 from dspark_ir.verifier import verify
 
 from . import properties
@@ -28,7 +28,6 @@ from .context import PassContext
 from .driver import Budget, drive
 from .errors import PassError
 from .pipeline import Pipeline
-from .snapshot import Snapshot, node_key
 
 
 @dataclass
@@ -117,13 +116,21 @@ class RunState:
     budget: Budget
     runs: list[PassRun] = field(default_factory=list)
     failure: PassError | None = None
-    snapshot: Snapshot | None = None            # the graph after the last recorded pass
-    before_snapshot: Snapshot | None = None     # the graph before the current pass
+    edits: EditLog | None = None                # what the current pass's edits touched (dspark_ir/graph.py)
+    graph_key: tuple = (-1, ())                 # (graph version, graph.graph_key()) when last taken
+    topo_index: dict[str, int] | None = None    # the graph's topological positions before the current pass
 
     @property
     def before(self) -> Graph | None:
-        """The graph as it was before the current pass (copied on first use)."""
-        return self.before_snapshot.graph() if self.before_snapshot is not None else None
+        """The graph as it was before the current pass (rebuilt from the edit log on first use)."""
+        if self.edits is None or self.edits.blind:      # an edit in place left nothing to rebuild it from
+            return None
+        return self.edits.graph_before()
+
+    def current_graph_key(self, graph: Graph) -> tuple:
+        if self.graph_key[0] != graph.version:
+            self.graph_key = (graph.version, graph.graph_key())
+        return self.graph_key[1]
 
     @property
     def stdout(self):
@@ -161,6 +168,7 @@ class PassManager:
             inst.start(state, graph)
         try:
             self._run_all(state, graph, instruments)
+            graph.stop_recording()
             if not ctx.verify_each:
                 _final_verify(graph)
         except PassError as e:
@@ -168,6 +176,8 @@ class PassManager:
             for inst in instruments:
                 inst.fail(state, e, graph)
             raise
+        finally:
+            graph.stop_recording()
         result = OptResult(graph, *self._executed(state))
         for inst in instruments:
             inst.finish(state, result)
@@ -190,11 +200,11 @@ class PassManager:
             state.runs.append(run)
             if not self._admit(state, run):
                 continue
-            snapshot = state.snapshot
-            if snapshot is None or snapshot.version != graph.version:
-                snapshot = Snapshot.of(graph)
-            snapshot.check()
-            state.snapshot = state.before_snapshot = snapshot
+            # the change record is made of what the pass's edits touched (the graph records them), the graph-level
+            # key and the topological positions before the pass (for the order of the removed nodes)
+            state.current_graph_key(graph)
+            state.topo_index = graph.topo_index()
+            state.edits = graph.record_edits()
             for inst in instruments:
                 inst.before_pass(state, run, graph)
             self._apply(state, run, graph, established)
@@ -244,19 +254,15 @@ class PassManager:
         run.rewrites, run.partial = outcome.rewrites, outcome.stopped
         run.matched, run.declined = outcome.matched, outcome.declined + outcome.stale
         run.rewrites_used = state.budget.used
-        before = state.before_snapshot
-        # every edit moves the version (passes edit through the graph's methods, or touch() after an attribute
-        # edit): a pass that left it where it was changed nothing, and its after is its before
-        after = before if graph.version == before.version else Snapshot.of(graph)
-        _record_changes(run, before, after, len(graph))
+        before_key = state.graph_key[1]
+        _record_changes(state, run, graph)
         # a fixpoint round after a rewrite sees the nodes it made: those are no candidates that did not fire
         # (--explain, report.md, --pass-stats); "already X" there is the rewrite itself and is dropped, any other
         # reason says why the rewrite stopped where it did (widen-tile: "a 16-row tile would exceed the 8 rows")
         made = {rec.at for rec in run.rewrites} | set(run.added) | set(run.modified)
         run.skips = [skip for skip in outcome.skips if skip.at not in made]
         run.limits = [skip for skip in outcome.skips if skip.at in made and "already" not in skip.reason]
-        state.snapshot = after
-        _check_signature(run, state.before_snapshot, after)
+        _check_signature(run, before_key, state.current_graph_key(graph))
 
 
 def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassContext | None = None,
@@ -270,31 +276,41 @@ def run_pipeline(g: Graph, pipeline: str | Pipeline | None = None, *, ctx: PassC
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-def _record_changes(run: PassRun, before: Snapshot, after: Snapshot, nodes_after: int) -> None:
-    """Added/removed/modified nodes and the changed bit."""
-    old, new = before.keys, after.keys
-    run.added = [n for n in new if n not in old]
-    run.removed = [n for n in old if n not in new]
-    run.modified = [n for n in new if n in old and new[n] != old[n]]
-    run.nodes_after = nodes_after
-    # the same test as before.structural_key() != after.structural_key(): the node part of the structural
-    # key is exactly the node keys by name, the rest is the graph-level part. The node keys differ (old != new)
-    # exactly when a name came, went or changed its key: the three lists say it without comparing them again.
-    changed = bool(run.added or run.removed or run.modified) or before.graph_key != after.graph_key
+def _record_changes(state: RunState, run: PassRun, graph: Graph) -> None:
+    """Added/removed/modified nodes (each list in print order: the removed ones in the graph's before the pass)
+    and the changed bit: the same as comparing every node's key by name before and after the pass (the node
+    part of the structural key), then the graph-level part. Only the names the pass's edits touched can differ."""
+    edits = state.edits
+    if edits.blind:
+        raise run.fail("crash", "edited the graph in place (Graph.touch / Graph.invalidate): edit through "
+                                "set_attrs / set_operands / set_deps so the change record sees what changed")
+    undefined = edits.undefined()
+    if undefined is not None:
+        raise run.fail("invalid-graph", f"left a use of an undefined value {undefined}")
+    added, removed, modified = edits.changes()
+    if added or modified:
+        after = graph.topo_index()
+        added.sort(key=after.__getitem__)
+        modified.sort(key=after.__getitem__)
+    removed.sort(key=state.topo_index.__getitem__)
+    run.added, run.removed, run.modified = added, removed, modified
+    run.nodes_after = len(graph)
+    changed = bool(added or removed or modified) or state.graph_key[1] != state.current_graph_key(graph)
     run.status = "changed" if changed else "no-op"
 
 
 def node_keys(g: Graph) -> dict[str, tuple]:
     """name → everything that defines the node, in print order."""
-    return {n.name: node_key(g, n) for n in g.topo_order()}
+    return {n.name: g.node_key(n) for n in g.topo_order()}
 
 
-def _check_signature(run: PassRun, before: Snapshot, after: Snapshot) -> None:
-    if before.signature != after.signature:
+def _check_signature(run: PassRun, before: tuple, after: tuple) -> None:
+    """`before`, `after`: graph_key() before and after the pass."""
+    if before[3] != after[3]:
         raise run.fail("signature", "changed the graph's parameters")
-    if before.returns != after.returns:
+    if len(before[4]) != len(after[4]):
         raise run.fail("signature", f"changed the number of returned values "
-                                      f"({before.returns} → {after.returns})")
+                                      f"({len(before[4])} → {len(after[4])})")
 
 
 def _update_properties(established: set[str], p: Pass, changed: bool, partial: bool) -> None:

@@ -25,8 +25,9 @@ from .replay import opt_command, scrub_paths
 class Reproducer(Instrument):
     def fail(self, state, error, g):
         ctx = state.ctx
-        index = error.index or 1
-        snapshot = state.before if error.index and state.before is not None else state.input
+        before = state.before if error.index else None
+        snapshot = before if before is not None else state.input
+        index = error.index if before is not None else 1     # from the input: the whole pipeline reproduces it
         end = ctx.bisect_limit if ctx.bisect_limit is not None and not ctx.bisect_rewrites else None
         remaining = state.pipeline[index - 1:end]
         limit = None

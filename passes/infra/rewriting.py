@@ -53,8 +53,7 @@ def set_deps(g: Graph, node: Node, deps: Sequence[Value]) -> None:
 
 
 def set_attrs(g: Graph, node: Node, **attrs) -> None:
-    node.attrs = node.opdef.normalize_attrs({**node.attrs, **attrs})
-    g.touch()
+    g.set_attrs(node, node.opdef.normalize_attrs({**node.attrs, **attrs}))
 
 
 def erase_if_dead(g: Graph, node: Node) -> bool:

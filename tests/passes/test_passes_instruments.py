@@ -170,6 +170,28 @@ def test_signature_changes_are_rejected():
     assert e.value.kind == "signature" and "changed the graph's parameters" in str(e.value)
 
 
+@register_pass
+@dataclass(frozen=True)
+class PlantedAttrsInPlace(Pass):
+    """(test only) Edits a node's attributes in place and says so with `touch()`: the change record cannot tell
+    which node changed."""
+
+    name = "planted-attrs-in-place"
+
+    def run(self, g):
+        node = next(iter(g.nodes.values()))
+        node.attrs = {**node.attrs, "probe": 1}
+        g.touch()
+        return []
+
+
+def test_edits_in_place_are_rejected_and_the_reproducer_starts_from_the_input():
+    with pytest.raises(PassError) as e:
+        run_pipeline(mini(), "canonicalize,planted-attrs-in-place")
+    assert e.value.kind == "crash" and "edited the graph in place" in str(e.value)
+    assert "canonicalize,planted-attrs-in-place" in e.value.reproducer.splitlines()[1]   # the whole pipeline again
+
+
 # ---- bisection --------------------------------------------------------------------------------
 def _outputs(g):
     out = interp.run(g, sample_inputs(g, 0))

@@ -104,14 +104,18 @@ def test_fast_parse_builds_what_the_grammar_builds():
             parse_fast(other, "m.dsir")
 
 
-def test_snapshot_graph_is_the_clone():
+def test_edit_log_rebuilds_the_clone():
     from dspark_ir import print_graph
-    from passes.infra.snapshot import Snapshot
+    from passes.infra.rewriting import set_attrs
 
     g, _ = _compiled("tiny")
-    snapshot = Snapshot.of(g)
-    assert _described(snapshot.graph()) == _described(g.clone())
-    assert print_graph(snapshot.graph()) == print_graph(g)
+    was = g.clone()
+    log = g.record_edits()
+    node = next(iter(g.nodes.values()))
+    set_attrs(g, node, **node.attrs)
+    assert log.changes() == ([], [], [])
+    assert _described(log.graph_before()) == _described(was)
+    assert print_graph(log.graph_before()) == print_graph(was)
 
 
 def test_repeated_kernels_are_renamed_copies():
