@@ -284,7 +284,8 @@ def _pto_raw_window_attn(spec: KernelSpec, q, rows, idx) -> str:
     def valid_row(tok: str, a: int, n: int, r: int) -> None:
         src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
-    PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
+    PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row,
+                  int(spec.attrs.get("lookahead") or 0)).emit()
     return src.text()
 
 
@@ -394,9 +395,9 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
     its index row holds an index (d_t = clip(e_{t0} + k − e_t, 0, S − 1), the reference's window offset): a
     masked row adds exactly 0 to l and o, so this is the reference's sum over the token's W keys."""
 
-    def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float):
+    def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float, lookahead: int = 0):
         self.idx, self.seq, self.width = idx, seq, idx.shape[1]
-        super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row)
+        super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row, lookahead)
         self.pair, self.iotas = False, False
         # all W + S − 1 key rows in one L0C tile: scores split over two tiles are assembled by an op that pypto
         # 0.2.0's GraphPartition merges with the vector scope ("different OpCoreType in building SuperNode")
@@ -406,27 +407,42 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         src, seq = self.src, self.seq
         with src.block(f'for b in pypto.loop(0, {self.ntok // seq}, 1, name="req_loop", idx_name="b"):'):
             self._flat()
-            for k in range(0, seq - 1, 2):
-                self._request_pair(k)
+            units = [(self._request_pair_qk, self._request_pair, k) for k in range(0, seq - 1, 2)]
             if seq % 2:
-                self.k, self.iotas = seq - 1, False
-                self._token(f"b * {seq} + {seq - 1}")
+                units.append((self._last_token_qk, self._last_token, seq - 1))
+            self.issue(units, 2)
 
-    def _request_pair(self, k: int) -> None:
-        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
-        tokens' scores side by side), one softmax task (each token's validity row, softmax, m and l), two P·V."""
+    def _last_token_qk(self, k: int, scores: str) -> None:
+        self._token_qk(f"b * {self.seq} + {k}", scores)
+
+    def _last_token(self, k: int, scores: str | None = None) -> None:
+        self.k, self.iotas = k, False
+        self._token(f"b * {self.seq} + {k}", scores)
+
+    def _request_pair_qk(self, k: int, scores: str = "st2") -> None:
+        """The one q·Kᵀ task of tokens k and k + 1 of request b over the request's rows into `scores`."""
         src, h, hd, n, seq = self.src, self.heads, self.hd, self.k_tile, self.seq
         tok = f"b * {seq} + {k}"
         src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, 2 * h, deep=True, tm_max=self.score_rows)})")
-        src(f"st2 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
+        src(f"{scores} = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
             f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+
+    def _request_pair(self, k: int, scores: str | None = None) -> None:
+        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
+        tokens' scores side by side; issued here unless `scores` names it), one softmax task (each token's validity
+        row, softmax, m and l), two P·V."""
+        src, h, n, seq = self.src, self.heads, self.k_tile, self.seq
+        tok = f"b * {seq} + {k}"
+        if scores is None:
+            self._request_pair_qk(k)
+            scores = "st2"
         self.scope += 1
         pto_scope(src, self.scope)
         self.iotas = False
         for u in range(2):
             self.k = k + u
             self._validity(f"b * {seq} + {k + u}", 0, 1)
-            self._softmax(0, f"pypto.view(st2, [{n}, {h}], [0, {u * h}])", f"pb{u}")
+            self._softmax(0, f"pypto.view({scores}, [{n}, {h}], [0, {u * h}])", f"pb{u}")
             self._store_ml(f"{tok} + {u}", "mr", "lr")
         pto_scope(src, -1)
         for u in range(2):
@@ -465,7 +481,8 @@ def pypto_hca_raw_attn_request(spec: KernelSpec) -> str:
     spec = spec.static()
     q, rows, idx = spec.operands
     src = Src(spec.signature())
-    _PtoRequestWindowAttn(src, q, rows, idx, spec.results, int(spec.attrs["seq"]), float(spec.attrs["scale"])).emit()
+    _PtoRequestWindowAttn(src, q, rows, idx, spec.results, int(spec.attrs["seq"]), float(spec.attrs["scale"]),
+                          int(spec.attrs.get("lookahead") or 0)).emit()
     return src.text()
 
 
