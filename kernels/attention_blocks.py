@@ -287,12 +287,14 @@ class PtoGroupMerge:
     small operand once (its [n, hg] boxes and [n, rd] tables) and each head in ≤ 32 KiB tiles (larger ones spill
     the UB); at most one task per vector core."""
 
-    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1):
+    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1,
+                 tokens: int | None = None):
         self.src, self.ntok, self.heads, self.hd, self.groups = src, ntok, heads, hd, groups
         self.hg = heads // groups
         # tokens per task: a task's time is about its number of 32 KiB copies; one stream of heads (pack only):
-        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter
-        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // PTO_VECTOR_CORES)
+        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter; `tokens`:
+        # the caller's tile (a publish tile)
+        n = tokens or (_PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // PTO_VECTOR_CORES))
         self.n = max(1, min(ntok, n))
         self.tr = pto_divisor(self.n, max(1, PTO_TILE_ELEMS // hd))
         self.items = 0
@@ -382,9 +384,11 @@ class PtoGroupMerge:
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
             src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{n}, {rd}], [t0, 0])', t.dtype, 'f32')}")
 
-    def pack_head(self, j: int, rd: int, out) -> None:
+    def pack_head(self, j: int, rd: int, out, window_groups: int | None = None) -> None:
         """Inverse RoPE of y's last rd lanes (r·c − r[swap]·s), one bf16 rounding of each part, the head assembled
-        into out [G, T, hg·HD] at [g, t0, j·HD]."""
+        into out [G, T, hg·HD] at [g, t0, j·HD]; with `window_groups` = LG, into the exchange window out
+        [LG, tp·T_PAD, hg·HD] at [g mod LG, (g div LG)·T + t0, j·HD] (group g's owner rank g div LG, its row block of
+        this rank's tokens; pypto-lib #1170 (b): the tile goes from the UB to the window, no packed tensor)."""
         src, n, hd, tr = self.src, self.n, self.hd, self.tr
         nope = hd - rd
         pto_set_tile(src, [tr, max(rd, 8)])
@@ -398,7 +402,9 @@ class PtoGroupMerge:
         else:
             src(f"z = {rob}")
         pto_set_tile(src, [1, tr, hd])
-        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
+        at = ("gg, t0" if window_groups is None
+              else f"gg % {window_groups}, gg // {window_groups} * {self.ntok} + t0")
+        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [{at}, {j * hd}], {out.name})")
 
     def stage_head(self, j: int) -> None:
         """y into the f32 scratch hs{j} [n, HD] (a workspace: written here, read back by `unstage_head` in the next

@@ -31,6 +31,7 @@ from __future__ import annotations
 #   `pto_head_tile`, and tile rows dividing the block, `_pto_big_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
+from dspark_ir.ops.collective import HcaStreamMergePackPublish
 from dspark_ir.ops.sparse import (
     CsaMergeNorm,
     CsaQkPv,
@@ -67,7 +68,7 @@ from .attention_blocks import (
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import template
+from .registry import cost_template, template, unsupported
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -740,12 +741,14 @@ def _pto_numel(t) -> int:
     return n
 
 
-def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
+def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool, publish: bool = False) -> str:
     """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
     state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
     hca_stream_pack (pack only), on kernels/attention_blocks.py `PtoGroupMerge` tasks; static T. The heads, the items'
     heads and
-    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
+    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h). `publish`
+    (hca_stream_merge_pack_publish's local part): tasks of `publish_tokens` tokens, each packed head assembled
+    into the exchange window (out [G/tp, tp·T_PAD, hg·HD]) instead of a packed tensor."""
     spec = spec.static()
     ops = spec.operands
     out = spec.results[0]
@@ -771,7 +774,9 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
         lead = 1 if t is sink else ntok
         flat[t.name] = f"{t.name}2"
         src(f"{t.name}2 = pypto.reshape({t.name}, [{lead}, {_pto_numel(t) // lead}], inplace=True)")
-    mg = PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
+    lg = groups // int(spec.attrs["tp"]) if publish else None
+    mg = PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0),
+                       tokens=int(spec.attrs["publish_tokens"]) if publish else None)
     with mg.blocks():
         factors = []
         if items:
@@ -801,7 +806,7 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
             if stage:
                 mg.stage_head(j)
             elif pack:
-                mg.pack_head(j, cos_il.shape[1], out)
+                mg.pack_head(j, cos_il.shape[1], out, lg)
             else:
                 mg.store_head(j, out)
         if stage:   # the seed's form (before pypto-lib #1229): the read-back is a new subgraph, through GM
@@ -831,6 +836,23 @@ def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
 @template(HcaStreamPack)
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
+
+
+unsupported(HcaStreamMergePackPublish, "rendezvous publish: each worker puts its packed tiles into the owners' "
+                                       "exchange windows, then the notify and barrier 1; pypto 0.2.0 expresses "
+                                       "remote stores and signals only with pypto.distributed / shmem ops, which "
+                                       "compile but SIGSEGV in the CPU cost-model simulation; the lowering runs it on "
+                                       "numpy. Its local part is the cost form below")
+
+
+@cost_template(HcaStreamMergePackPublish)
+def pypto_hca_stream_merge_pack_publish_local(spec: KernelSpec) -> str:
+    """The publish workers of one rank (pypto-lib #1170 (b)): the merge-pack on `publish_tokens`-token tiles, each
+    packed head assembled from the UB straight into a window-shaped tensor standing in for the owners' windows
+    (group g at [g mod LG, (g div LG)·T + t, ·], the row block this rank's tokens take in owner g div LG's window;
+    the link transfer, the notify and barrier 1 are not in it). Pad rows are zero-filled by the host, not
+    written."""
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True, publish=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ QUANT_ROWS = 8                           # QUANT_T_TILE
 DEQUANT_WORKERS = HARDWARE.vector_cores  # Q_DEQUANT_WORKERS = 48 of qkv_proj_rope: one per AIV
 DEQUANT_TOKEN_TILE = 8                   # the seed's Q_ROPE_T_TILE: tokens per (token, head tile) unit
 MERGE_WORKERS = HARDWARE.vector_cores    # the seed's MERGE_WORKERS = 48: one per AIV
+# ---- hca-merge-pack-publish ----------------------------------------------------------------------------------
+ATTENTION_PUBLISH_WORKERS = HARDWARE.vector_cores   # decode_sparse_attn_hca ATTENTION_PUBLISH_WORKERS = 48
+ATTENTION_PUBLISH_TOKENS = 4             # #1170: ATTENTION_PUBLISH_T_TILE 8 -> 4, the publish tile's tokens
 
 # ---- early-resolve-csa-producers ---------------------------------------------------------------------------
 # pypto-lib #915: the six CSA decode producers it marks allow_early_resolve, by their seed stage names (the
