@@ -91,7 +91,9 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "template option); after hca-cmp-gather-pages and before fuse-merge-rope-pack, which reads neither "
           "task's grid. Off: the model says it hurts (TP4 sparse-attention stage 272.8 -> 318.0 us, +16.6 %: the "
           "split softmax is 576 instead of 256 pypto tasks, hca_cmp_qk_pv 73.7 -> 115.4 us; the re-grids alone "
-          "move the layer by +0.1 %)",
+          "move the layer by +0.1 %); its QK look-ahead (lookahead = 2, a raw-attention template option) changes "
+          "only the kernel's program order, which the cost model does not see (the case predicts the same with "
+          "lookahead = 0)",
           enabled=False),
     Entry("o-proj-valid-rows",
           "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
