@@ -100,9 +100,17 @@ class PtoWindowAttn:
     tokens in one q·Kᵀ task ([2W, HD]·[2H, HD]ᵀ, one L0C tile whose diagonal blocks are the two tokens' scores;
     the off-diagonal products are never read) and one softmax task (their validity rows are one op). o goes
     through a 2-D workspace reshaped in place to 3-D (reshaping the matmul result itself costs a copy task;
-    assembling into an in-place reshape of the output is dropped by pypto)."""
+    assembling into an in-place reshape of the output is dropped by pypto).
 
-    def __init__(self, src: Src, q, rows, outs, k_tile: int, scale: float, valid_row):
+    `lookahead` (pypto-lib #1187's QK look-ahead across queries, set by hca-attn-dual-aiv): within one loop
+    iteration's unrolled units (a pair or a token), the q·Kᵀ of the unit `lookahead` queries ahead is emitted
+    before the softmax and P·V of the current one (upstream issues query i + 2's QK before query i's PV). Every
+    unit keeps its own score tile (st{u}), so the values are those of the plain order. pypto 0.2.0 has no
+    cross-core events or transfer slots: the emitted order is the program order its graph partitioning sees, and
+    its runtime still dispatches the tasks by their data dependencies; the look-ahead cannot reach across loop
+    iterations (each iteration is its own subgraph set), so it spans the _PTO_QK_ROWS tokens of one iteration."""
+
+    def __init__(self, src: Src, q, rows, outs, k_tile: int, scale: float, valid_row, lookahead: int = 0):
         self.src, self.q, self.rows, self.valid_row = src, q, rows, valid_row
         self.m_out, self.l_out, self.o_out = outs
         self.ntok, self.heads, self.hd = q.shape
@@ -115,17 +123,17 @@ class PtoWindowAttn:
         self.o_tile = pto_head_tile(1, h, self.hd, 2 * PTO_TILE_ELEMS)[1:]
         self.scope = 0
         self.score_rows = 128    # key rows of one L0C tile of the q·Kᵀ scores (tm_max of pto_cube_wide)
+        self.lookahead = lookahead
 
     def emit(self) -> None:
         src, n, br = self.src, self.ntok, _PTO_QK_ROWS
         if n >= br:
             with src.block(f'for blk in pypto.loop(0, {n // br}, 1, name="tok_loop", idx_name="blk"):'):
                 self._flat()
-                for t in range(0, br, 2 if self.pair else 1):
-                    if self.pair:
-                        self._pair(f"blk * {br} + {t}")
-                    else:
-                        self._token(f"blk * {br} + {t}")
+                step = 2 if self.pair else 1
+                unit = self._pair if self.pair else self._token
+                self.issue([(self._pair_qk if self.pair else self._token_qk, unit, f"blk * {br} + {t}")
+                            for t in range(0, br, step)], step)
         if n % br:
             with src.block(f'for r1 in pypto.loop({n // br * br}, {n}, 1, name="tail_loop", idx_name="r1"):'):
                 self._flat()
@@ -178,16 +186,44 @@ class PtoWindowAttn:
         pto_set_tile(src, [1] + self.o_tile)
         src(f"pypto.assemble(pypto.reshape(ow, [{n}, {h}, {hd}], inplace=True), [{tok}, 0, 0], {self.o_out.name})")
 
-    def _token(self, tok: str) -> None:
-        src, h, hd, n = self.src, self.heads, self.hd, self.k_tile
+    def issue(self, units, queries: int) -> None:
+        """Emit the units (qk, rest, tok) of one loop iteration, each of `queries` queries: in order (qk then rest
+        of each) without a look-ahead; else the q·Kᵀ of the unit ceil(lookahead / queries) ahead before the rest
+        of the current one, each unit's scores in a tile of its own (st{u}, the rest reading them)."""
+        if not self.lookahead:
+            for _qk, rest, tok in units:
+                rest(tok)
+            return
+        ahead = -(-self.lookahead // queries)
+        scores = [f"st{u}" for u in range(len(units))]
+        for u in range(min(ahead, len(units))):
+            units[u][0](units[u][2], scores[u])
+        for u, (_qk, rest, tok) in enumerate(units):
+            if u + ahead < len(units):
+                units[u + ahead][0](units[u + ahead][2], scores[u + ahead])
+            rest(tok, scores[u])
+
+    def _token_qk(self, tok: str, scores: str) -> None:
+        """The q·Kᵀ of every key tile of token tok, tile i into `scores`_i."""
         for i, a in enumerate(self.tiles):
-            src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True, tm_max=self.score_rows)})")
-            src(f"st1 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), "
-                f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+            self._score(tok, a, f"{scores}_{i}")
+
+    def _score(self, tok: str, a: int, st: str) -> None:
+        src, h, hd, n = self.src, self.heads, self.hd, self.k_tile
+        src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, h, deep=True, tm_max=self.score_rows)})")
+        src(f"{st} = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)} + {a}, 0]), "
+            f"pypto.view(qf, [{h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+
+    def _token(self, tok: str, scores: str | None = None) -> None:
+        """Token tok's partials; `scores`: its tiles' q·Kᵀ already issued (`_token_qk`), else each is issued here."""
+        src, h = self.src, self.heads
+        for i, a in enumerate(self.tiles):
+            if scores is None:
+                self._score(tok, a, "st1")
             self.scope += 1
             pto_scope(src, self.scope)
             self._validity(tok, a, 1)
-            self._softmax(0, "st1", "pb")
+            self._softmax(0, "st1" if scores is None else f"{scores}_{i}", "pb")
             pto_scope(src, -1)
             self._pv(tok, a, "pb")
             if i == 0:
@@ -206,17 +242,25 @@ class PtoWindowAttn:
         self._store_ml(tok, "m_acc", "l_acc")
         self._store_o(tok, ["o_acc"])
 
-    def _pair(self, tok: str) -> None:
-        """Tokens tok and tok + 1 (single-tile window): one q·Kᵀ task, then per token its softmax and P·V."""
+    def _pair_qk(self, tok: str, scores: str = "st2") -> None:
+        """The one q·Kᵀ task of tokens tok and tok + 1 into `scores`."""
         src, h, hd, w = self.src, self.heads, self.hd, self.window
         src(f"pypto.set_cube_tile_shapes({pto_cube_wide(2 * w, hd, 2 * h, deep=True, tm_max=256)})")
-        src(f"st2 = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
+        src(f"{scores} = pypto.matmul(pypto.view(kf, [{2 * w}, {hd}], [({tok}) * {w}, 0]), "
             f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+
+    def _pair(self, tok: str, scores: str | None = None) -> None:
+        """Tokens tok and tok + 1 (single-tile window): one q·Kᵀ task (issued here unless `scores` names its
+        result), then per token its softmax and P·V."""
+        src, h, w = self.src, self.heads, self.window
+        if scores is None:
+            self._pair_qk(tok)
+            scores = "st2"
         self.scope += 1
         pto_scope(src, self.scope)
         self._validity(tok, 0, 2)
         for u in range(2):
-            self._softmax(u, f"pypto.view(st2, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
+            self._softmax(u, f"pypto.view({scores}, [{w}, {h}], [{u * w}, {u * h}])", f"pb{u}")
             self._store_ml(f"{tok} + {u}", "mr", "lr")
         pto_scope(src, -1)
         for u in range(2):
@@ -243,12 +287,14 @@ class PtoGroupMerge:
     small operand once (its [n, hg] boxes and [n, rd] tables) and each head in ≤ 32 KiB tiles (larger ones spill
     the UB); at most one task per vector core."""
 
-    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1):
+    def __init__(self, src: Src, ntok: int, heads: int, hd: int, groups: int, streams: int = 1,
+                 tokens: int | None = None):
         self.src, self.ntok, self.heads, self.hd, self.groups = src, ntok, heads, hd, groups
         self.hg = heads // groups
         # tokens per task: a task's time is about its number of 32 KiB copies; one stream of heads (pack only):
-        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter
-        n = _PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // PTO_VECTOR_CORES)
+        # 32-token tasks; more streams (state and items): as many tasks as vector cores, each shorter; `tokens`:
+        # the caller's tile (a publish tile)
+        n = tokens or (_PTO_GROUP_TOKENS if streams == 1 else -(-ntok * groups // PTO_VECTOR_CORES))
         self.n = max(1, min(ntok, n))
         self.tr = pto_divisor(self.n, max(1, PTO_TILE_ELEMS // hd))
         self.items = 0
@@ -338,9 +384,11 @@ class PtoGroupMerge:
         for name, t in (("cb", cos_il), ("sb", sin_signed)):
             src(f"{name} = {cast_expr(f'pypto.view({t.name}, [{n}, {rd}], [t0, 0])', t.dtype, 'f32')}")
 
-    def pack_head(self, j: int, rd: int, out) -> None:
+    def pack_head(self, j: int, rd: int, out, window_groups: int | None = None) -> None:
         """Inverse RoPE of y's last rd lanes (r·c − r[swap]·s), one bf16 rounding of each part, the head assembled
-        into out [G, T, hg·HD] at [g, t0, j·HD]."""
+        into out [G, T, hg·HD] at [g, t0, j·HD]; with `window_groups` = LG, into the exchange window out
+        [LG, tp·T_PAD, hg·HD] at [g mod LG, (g div LG)·T + t0, j·HD] (group g's owner rank g div LG, its row block of
+        this rank's tokens; pypto-lib #1170 (b): the tile goes from the UB to the window, no packed tensor)."""
         src, n, hd, tr = self.src, self.n, self.hd, self.tr
         nope = hd - rd
         pto_set_tile(src, [tr, max(rd, 8)])
@@ -354,7 +402,9 @@ class PtoGroupMerge:
         else:
             src(f"z = {rob}")
         pto_set_tile(src, [1, tr, hd])
-        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [gg, t0, {j * hd}], {out.name})")
+        at = ("gg, t0" if window_groups is None
+              else f"gg % {window_groups}, gg // {window_groups} * {self.ntok} + t0")
+        src(f"pypto.assemble(pypto.reshape(z, [1, {n}, {hd}]), [{at}, {j * hd}], {out.name})")
 
     def stage_head(self, j: int) -> None:
         """y into the f32 scratch hs{j} [n, HD] (a workspace: written here, read back by `unstage_head` in the next

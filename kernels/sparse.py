@@ -31,6 +31,7 @@ from __future__ import annotations
 #   `pto_head_tile`, and tile rows dividing the block, `_pto_big_tile`).
 # On partial row blocks, a batched matmul, a concat and a where of two scalars produce the FULL block as their
 # valid shape (the CPU interpreter then fails on the next op): re-viewed, or avoided.
+from dspark_ir.ops.collective import HcaStreamMergePackPublish
 from dspark_ir.ops.sparse import (
     CsaMergeNorm,
     CsaQkPv,
@@ -67,7 +68,7 @@ from .attention_blocks import (
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import template
+from .registry import cost_template, template, unsupported
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -284,7 +285,8 @@ def _pto_raw_window_attn(spec: KernelSpec, q, rows, idx) -> str:
     def valid_row(tok: str, a: int, n: int, r: int) -> None:
         src(f"vr = {cast_expr(f'pypto.view({idx.name}, [{r}, {n}], [{tok}, {a}])', idx.dtype, 'f32')}")
 
-    PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row).emit()
+    PtoWindowAttn(src, q, rows, spec.results, rows.shape[1], float(spec.attrs["scale"]), valid_row,
+                  int(spec.attrs.get("lookahead") or 0)).emit()
     return src.text()
 
 
@@ -394,9 +396,9 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
     its index row holds an index (d_t = clip(e_{t0} + k − e_t, 0, S − 1), the reference's window offset): a
     masked row adds exactly 0 to l and o, so this is the reference's sum over the token's W keys."""
 
-    def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float):
+    def __init__(self, src: Src, q, rows, idx, outs, seq: int, scale: float, lookahead: int = 0):
         self.idx, self.seq, self.width = idx, seq, idx.shape[1]
-        super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row)
+        super().__init__(src, q, rows, outs, rows.shape[1], scale, self._valid_row, lookahead)
         self.pair, self.iotas = False, False
         # all W + S − 1 key rows in one L0C tile: scores split over two tiles are assembled by an op that pypto
         # 0.2.0's GraphPartition merges with the vector scope ("different OpCoreType in building SuperNode")
@@ -406,27 +408,42 @@ class _PtoRequestWindowAttn(PtoWindowAttn):
         src, seq = self.src, self.seq
         with src.block(f'for b in pypto.loop(0, {self.ntok // seq}, 1, name="req_loop", idx_name="b"):'):
             self._flat()
-            for k in range(0, seq - 1, 2):
-                self._request_pair(k)
+            units = [(self._request_pair_qk, self._request_pair, k) for k in range(0, seq - 1, 2)]
             if seq % 2:
-                self.k, self.iotas = seq - 1, False
-                self._token(f"b * {seq} + {seq - 1}")
+                units.append((self._last_token_qk, self._last_token, seq - 1))
+            self.issue(units, 2)
 
-    def _request_pair(self, k: int) -> None:
-        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
-        tokens' scores side by side), one softmax task (each token's validity row, softmax, m and l), two P·V."""
+    def _last_token_qk(self, k: int, scores: str) -> None:
+        self._token_qk(f"b * {self.seq} + {k}", scores)
+
+    def _last_token(self, k: int, scores: str | None = None) -> None:
+        self.k, self.iotas = k, False
+        self._token(f"b * {self.seq} + {k}", scores)
+
+    def _request_pair_qk(self, k: int, scores: str = "st2") -> None:
+        """The one q·Kᵀ task of tokens k and k + 1 of request b over the request's rows into `scores`."""
         src, h, hd, n, seq = self.src, self.heads, self.hd, self.k_tile, self.seq
         tok = f"b * {seq} + {k}"
         src(f"pypto.set_cube_tile_shapes({pto_cube_wide(n, hd, 2 * h, deep=True, tm_max=self.score_rows)})")
-        src(f"st2 = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
+        src(f"{scores} = pypto.matmul(pypto.view(kf, [{n}, {hd}], [{self.key_row(tok)}, 0]), "
             f"pypto.view(qf, [{2 * h}, {hd}], [({tok}) * {h}, 0]), pypto.DT_FP32, b_trans=True)")
+
+    def _request_pair(self, k: int, scores: str | None = None) -> None:
+        """Tokens k and k + 1 of request b: one q·Kᵀ task over the request's rows ([W + S − 1, HD]·[2H, HD]ᵀ, both
+        tokens' scores side by side; issued here unless `scores` names it), one softmax task (each token's validity
+        row, softmax, m and l), two P·V."""
+        src, h, n, seq = self.src, self.heads, self.k_tile, self.seq
+        tok = f"b * {seq} + {k}"
+        if scores is None:
+            self._request_pair_qk(k)
+            scores = "st2"
         self.scope += 1
         pto_scope(src, self.scope)
         self.iotas = False
         for u in range(2):
             self.k = k + u
             self._validity(f"b * {seq} + {k + u}", 0, 1)
-            self._softmax(0, f"pypto.view(st2, [{n}, {h}], [0, {u * h}])", f"pb{u}")
+            self._softmax(0, f"pypto.view({scores}, [{n}, {h}], [0, {u * h}])", f"pb{u}")
             self._store_ml(f"{tok} + {u}", "mr", "lr")
         pto_scope(src, -1)
         for u in range(2):
@@ -465,7 +482,8 @@ def pypto_hca_raw_attn_request(spec: KernelSpec) -> str:
     spec = spec.static()
     q, rows, idx = spec.operands
     src = Src(spec.signature())
-    _PtoRequestWindowAttn(src, q, rows, idx, spec.results, int(spec.attrs["seq"]), float(spec.attrs["scale"])).emit()
+    _PtoRequestWindowAttn(src, q, rows, idx, spec.results, int(spec.attrs["seq"]), float(spec.attrs["scale"]),
+                          int(spec.attrs.get("lookahead") or 0)).emit()
     return src.text()
 
 
@@ -723,12 +741,14 @@ def _pto_numel(t) -> int:
     return n
 
 
-def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool) -> str:
+def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: bool, publish: bool = False) -> str:
     """csa_merge_norm (csa: the items merged in order from the first), hca_stream_merge (merge: the raw stream
     state, then the work items ascending; f32 out), hca_stream_merge_pack (the same, then the pack) and
     hca_stream_pack (pack only), on kernels/attention_blocks.py `PtoGroupMerge` tasks; static T. The heads, the items'
     heads and
-    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h)."""
+    the items' m, l are flattened in place to 2-D [T, ·] (item i, head h at column i·H + h). `publish`
+    (hca_stream_merge_pack_publish's local part): tasks of `publish_tokens` tokens, each packed head assembled
+    into the exchange window (out [G/tp, tp·T_PAD, hg·HD]) instead of a packed tensor."""
     spec = spec.static()
     ops = spec.operands
     out = spec.results[0]
@@ -754,7 +774,9 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
         lead = 1 if t is sink else ntok
         flat[t.name] = f"{t.name}2"
         src(f"{t.name}2 = pypto.reshape({t.name}, [{lead}, {_pto_numel(t) // lead}], inplace=True)")
-    mg = PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0))
+    lg = groups // int(spec.attrs["tp"]) if publish else None
+    mg = PtoGroupMerge(src, ntok, heads, hd, groups, 1 + (n_items - (1 if csa else 0) if items else 0),
+                       tokens=int(spec.attrs["publish_tokens"]) if publish else None)
     with mg.blocks():
         factors = []
         if items:
@@ -784,7 +806,7 @@ def _pto_group_merge_kernel(spec: KernelSpec, *, csa: bool, merge: bool, pack: b
             if stage:
                 mg.stage_head(j)
             elif pack:
-                mg.pack_head(j, cos_il.shape[1], out)
+                mg.pack_head(j, cos_il.shape[1], out, lg)
             else:
                 mg.store_head(j, out)
         if stage:   # the seed's form (before pypto-lib #1229): the read-back is a new subgraph, through GM
@@ -814,6 +836,23 @@ def pypto_hca_stream_merge_pack(spec: KernelSpec) -> str:
 @template(HcaStreamPack)
 def pypto_hca_stream_pack(spec: KernelSpec) -> str:
     return _pto_group_merge_kernel(spec, csa=False, merge=False, pack=True)
+
+
+unsupported(HcaStreamMergePackPublish, "rendezvous publish: each worker puts its packed tiles into the owners' "
+                                       "exchange windows, then the notify and barrier 1; pypto 0.2.0 expresses "
+                                       "remote stores and signals only with pypto.distributed / shmem ops, which "
+                                       "compile but SIGSEGV in the CPU cost-model simulation; the lowering runs it on "
+                                       "numpy. Its local part is the cost form below")
+
+
+@cost_template(HcaStreamMergePackPublish)
+def pypto_hca_stream_merge_pack_publish_local(spec: KernelSpec) -> str:
+    """The publish workers of one rank (pypto-lib #1170 (b)): the merge-pack on `publish_tokens`-token tiles, each
+    packed head assembled from the UB straight into a window-shaped tensor standing in for the owners' windows
+    (group g at [g mod LG, (g div LG)·T + t, ·], the row block this rank's tokens take in owner g div LG's window;
+    the link transfer, the notify and barrier 1 are not in it). Pad rows are zero-filled by the host, not
+    written."""
+    return _pto_group_merge_kernel(spec, csa=False, merge=True, pack=True, publish=True)
 
 
 # ---- CSA plan ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.attention import QkPv
-from dspark_ir.ops.sparse import CsaQkPv, HcaCmpQkPv, HcaRawAttn
+from dspark_ir.ops.sparse import CsaQkPv, HcaCmpQkPv, HcaRawAttn, HcaRawAttnDirect
 
 from .infra import policy
 from .infra.base import Pass, RewriteRecord, Skip, register_pass
@@ -33,22 +33,32 @@ class HcaAttnDualAiv(Pass):
       upstream went 16 → 24), and `aiv_split = 2`: the template runs the vector softmax of each group of tokens
       as two independent subgraphs (halves of the group's tokens), the two AIVs of a core group, where the
       seed ran it as one.
-    Upstream's QK look-ahead of 2 across queries is a pipelining of one cube/vector task pair that pypto 0.2.0's
-    tensor-level templates do not express (its runtime orders the subgraphs by data dependencies): not modelled.
+    * `hca_raw_attn` (or `hca_raw_attn_direct`, its #1035 form; both carry the option on to the per-request form
+      of raw-kv-gather-per-request): `lookahead` (a kernel-template option, 0 = off): upstream's QK look-ahead of
+      2 across queries (QK_PRE_LAUNCH = 2: the cube issues query i + 2's q·Kᵀ before query i's P·V, the scores and
+      probabilities passing through 3 transfer slots with cross-core events). Our template emits that order:
+      in each loop iteration's unrolled queries, the q·Kᵀ of the unit `lookahead` queries ahead comes before the
+      softmax and P·V of the current unit, each unit's scores in a tile of its own. What pypto 0.2.0 cannot
+      express: the events and slots (its runtime dispatches tasks by data dependencies, so the emitted order is
+      the program order it partitions, not a schedule it must keep), and a look-ahead across loop iterations
+      (each iteration is its own set of subgraphs), so the look-ahead spans the 4 queries of one iteration.
 
     The softmax reduces over the keys of one (token, head) column; splitting the columns between subgraphs or
-    the heads between blocks changes which core computes a column, never its value. Contract: bitwise. Left
-    alone: a raw task already on `head_tile` heads (or all of them), a compressed task already on workers. CSA's
+    the heads between blocks changes which core computes a column, never its value; the look-ahead only changes
+    the program order of independent tasks. Contract: bitwise. Left alone: a raw task already on `head_tile` heads
+    (or all of them) with the look-ahead already `lookahead`, a compressed task already on workers. CSA's
     qk_pv already runs on NUM_QK_CORES cyclic workers and was not changed by #1187 (--explain says so).
     """
 
     name = "hca-attn-dual-aiv"
-    origin = "pypto-lib #1187 (decode_sparse_attn_hca: 64-head matmuls, split_aiv(2), CMP on 24 workers)"
+    origin = ("pypto-lib #1187 (decode_sparse_attn_hca: 64-head matmuls, split_aiv(2), CMP on 24 workers, "
+              "QK_PRE_LAUNCH = 2)")
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
     head_tile: int = option(policy.HCA_ATTN_HEAD_TILE, min=1)
     aiv_split: int = option(policy.HCA_ATTN_AIV_SPLIT, min=1)
     cmp_workers: int = option(policy.HCA_CMP_WORKERS, min=1)
+    lookahead: int = option(policy.HCA_RAW_QK_LOOKAHEAD, min=0)
 
     def match(self, g: Graph):
         for node in g.topo_order():
@@ -56,7 +66,7 @@ class HcaAttnDualAiv(Pass):
                 yield Skip(node.name, "SWA's window attention: #1187 changed the HCA attention templates only")
             elif node.opdef is CsaQkPv:
                 yield Skip(node.name, "CSA's qk_pv already runs on cyclic workers (#1187 changed HCA only)")
-            elif node.opdef in (HcaRawAttn, HcaCmpQkPv):
+            elif node.opdef in (HcaRawAttn, HcaRawAttnDirect, HcaCmpQkPv):
                 verdict = self._check(g, node)
                 yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
 
@@ -68,7 +78,7 @@ class HcaAttnDualAiv(Pass):
         return RewriteRecord("regrid", site.node.name, site.what)
 
     def _check(self, g: Graph, node: Node) -> Site | str:
-        return self._raw(g, node) if node.opdef is HcaRawAttn else self._cmp(g, node)
+        return self._cmp(g, node) if node.opdef is HcaCmpQkPv else self._raw(g, node)
 
     def _raw(self, g: Graph, node: Node) -> Site | str:
         tokens, heads_dim = node.operands[0].type.shape[:2]
@@ -79,13 +89,22 @@ class HcaAttnDualAiv(Pass):
         if tile is None or len(tile) != 2:
             return "no [tokens, heads] tile"
         want = min(self.head_tile, heads)
+        attrs, what = {}, []
         if tile[1] >= want:
-            return f"already {tile[1]} of {heads} heads per block (head_tile = {self.head_tile})"
-        if heads % want:
-            return f"head_tile {want} does not divide the {heads} heads"
-        blocks = D.mul(D.ceildiv(tokens, tile[0]), heads // want)
-        return Site(node, {"tile": [tile[0], want], "blocks": blocks},
-                    f"{node.attrs['blocks'].value(g.env)} -> {blocks.value(g.env)} blocks of {want} heads")
+            regrid = f"already {tile[1]} of {heads} heads per block (head_tile = {self.head_tile})"
+        elif heads % want:
+            regrid = f"head_tile {want} does not divide the {heads} heads"
+        else:
+            regrid = None
+            blocks = D.mul(D.ceildiv(tokens, tile[0]), heads // want)
+            attrs.update(tile=[tile[0], want], blocks=blocks)
+            what.append(f"{node.attrs['blocks'].value(g.env)} -> {blocks.value(g.env)} blocks of {want} heads")
+        if (node.attrs.get("lookahead") or 0) != self.lookahead:
+            attrs["lookahead"] = self.lookahead
+            what.append(f"QK look-ahead {self.lookahead}" if self.lookahead else "QK look-ahead off")
+        if not attrs:
+            return f"{regrid} and QK look-ahead {self.lookahead}"
+        return Site(node, attrs, ", ".join(what))
 
     def _cmp(self, g: Graph, node: Node) -> Site | str:
         if "workers" in node.attrs:

@@ -49,6 +49,7 @@ from dspark_ir.ops.collective import (
     CpRankRows,
     CpTypedAllGather,
     CpTypedReadback,
+    HcaStreamMergePackPublish,
     OGroupA2A,
     TpODequantReduceScatter,
     TpOReduceScatter,
@@ -396,6 +397,7 @@ ROOFLINE: dict[type[OpDef], Rule] = {
     HcaStreamMerge: _factor(8),
     HcaStreamPack: _factor(6),
     HcaStreamMergePack: _factor(12),
+    HcaStreamMergePackPublish: _factor(12),   # the merge-pack's work; its tiles land in the window, not in GM
     **dict.fromkeys((CsaSlotsBuildValidQkPlan, HcaRawTranspose, OLocalBridge), DEFAULTS),
     # hyper-connections
     HcPreLinear: Rule(cube=lambda t: (_mm(arg(t, "x_hc").shape[0], math.prod(arg(t, "x_hc").shape[1:]),

@@ -48,6 +48,7 @@ from .base import (
     register_op,
 )
 from .oproj import OProjBDequant
+from .sparse import HcaStreamMergePack
 from .wire import check_typed_payload, check_wire, typed_results, wire_width
 
 
@@ -88,6 +89,31 @@ class OGroupA2A(_CollectiveOp):
         expect(pad >= 1, f"t_pad must be positive, got {pad}")
         rows = D.mul(tp * pad, D.ceildiv(p.shape[1], pad))
         return [TensorType(p.dtype, (exact_div(p.shape[0], tp), rows, p.shape[2]))]
+
+
+@register_op
+class HcaStreamMergePackPublish(_CollectiveOp):
+    """hca_stream_merge_pack publishing its packed tiles straight into the owners' exchange windows (pypto-lib
+    #1170 (b), hca_stream_merge_pack_publish): the merge-pack's operands on every rank → this rank's exchange
+    window, o_group_a2a's result (put + barrier 1) of the packed heads: [G/tp, tp·T_PAD, hg·HD], data row
+    src_rank·T + t, pad rows zero. `publish_tokens` tokens per item (ATTENTION_PUBLISH_T_TILE = 4): each item's
+    merged, rotated, bf16-rounded heads are put from the worker's buffer as one contiguous row block per O group
+    (its rows are consecutive in the owner's window), so no packed tensor is staged in GM and there is no
+    separate put task; `workers` (a common attribute) publish workers, then the notify and barrier 1."""
+    name = "hca_stream_merge_pack_publish"
+    operands = HcaStreamMergePack.operands
+    attrs = {"o_groups": Attr("int", REQUIRED), "tp": Attr("int", REQUIRED), "t_pad": Attr("int", 1),
+             "publish_tokens": Attr("int", 4)}
+    core = "vector"
+    reference = numpy_reference("collective", "hca_stream_merge_pack_publish")
+
+    def infer(self, ins, attrs):
+        [packed] = HcaStreamMergePack().infer(ins, {"o_groups": attrs["o_groups"]})
+        expect(attrs["publish_tokens"] >= 1, f"publish_tokens must be positive, got {attrs['publish_tokens']}")
+        return OGroupA2A().infer([packed], {"tp": attrs["tp"], "t_pad": attrs["t_pad"]})
+
+    def tile_axes(self, ins, outs, attrs):
+        return HcaStreamMergePack().tile_axes(ins, outs, attrs)
 
 
 @register_op

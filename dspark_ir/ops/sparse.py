@@ -268,6 +268,16 @@ def _raw_window_attn(q: TensorType, rows: TensorType, idx: TensorType,
     return [th, th, TensorType(F32, q.shape)]
 
 
+_LOOKAHEAD = Attr("int", doc="QK look-ahead across queries (pypto-lib #1187), a kernel-template option: the "
+                              "template issues the q·Kᵀ of the query this many ahead before the softmax and P·V of "
+                              "the current one (absent: in order)")
+
+
+def _lookahead(attrs) -> None:
+    la = attrs.get("lookahead")
+    expect(la is None or la >= 0, f"lookahead must be non-negative, got {la}")
+
+
 @register_op
 class HcaRawAttn(_SparseOp):
     """The raw-window stream: one tile over the gathered window rows (valid where index ≥ 0) → stream state
@@ -275,12 +285,13 @@ class HcaRawAttn(_SparseOp):
     name = "hca_raw_attn"
     operands = ("q", "rows", "rows_t", "indices")
     results = ("m", "l", "heads")
-    attrs = {"scale": Attr("float", REQUIRED)}
+    attrs = {"scale": Attr("float", REQUIRED), "lookahead": _LOOKAHEAD}
     core = "mix"
     reference = numpy_reference("sparse", "hca_raw_attn")
 
     def infer(self, ins, attrs):
         q, rows, rows_t, idx = ins
+        _lookahead(attrs)
         return _raw_window_attn(q, rows, idx, rows_t)
 
     def tile_axes(self, ins, outs, attrs):
@@ -295,12 +306,13 @@ class HcaRawAttnDirect(_SparseOp):
     name = "hca_raw_attn_direct"
     operands = ("q", "rows", "indices")
     results = ("m", "l", "heads")
-    attrs = {"scale": Attr("float", REQUIRED)}
+    attrs = {"scale": Attr("float", REQUIRED), "lookahead": _LOOKAHEAD}
     core = "mix"
     reference = numpy_reference("sparse", "hca_raw_attn_direct")
 
     def infer(self, ins, attrs):
         q, rows, idx = ins
+        _lookahead(attrs)
         return _raw_window_attn(q, rows, idx)
 
     def tile_axes(self, ins, outs, attrs):
@@ -345,13 +357,14 @@ class HcaRawAttnRequest(_SparseOp):
     name = "hca_raw_attn_request"
     operands = ("q", "rows", "indices")
     results = ("m", "l", "heads")
-    attrs = {"scale": Attr("float", REQUIRED), "seq": Attr("int", REQUIRED)}
+    attrs = {"scale": Attr("float", REQUIRED), "seq": Attr("int", REQUIRED), "lookahead": _LOOKAHEAD}
     core = "mix"
     reference = numpy_reference("sparse", "hca_raw_attn_request")
 
     def infer(self, ins, attrs):
         q, rows, idx = ins
         _q(q)
+        _lookahead(attrs)
         T, H, HD = q.shape
         seq = attrs["seq"]
         expect(seq > 0, f"seq must be positive, got {seq}")

@@ -10,6 +10,7 @@ import numpy as np
 from .dtypes import as_dtype, f32
 from .elementwise import slice_
 from .oproj import o_proj_b_dequant
+from .sparse import hca_stream_merge_pack
 from .wire import cp_wire_pack, cp_wire_unpack
 
 
@@ -28,6 +29,14 @@ def o_group_a2a(per_rank, *, ranks, t_pad=1, **_):
         pad = np.zeros((lg, pad_rows) + rows.shape[2:], rows.dtype)
         out.append(np.concatenate([rows, pad], axis=1))
     return out
+
+
+def hca_stream_merge_pack_publish(per_rank, *, ranks, o_groups, t_pad=1, **_):
+    """The merge-pack published into the owners' windows (pypto-lib #1170 (b)): every source rank's packed heads
+    are hca_stream_merge_pack of its operands, and rank r's window is o_group_a2a of them (the same values: the
+    publish only changes where the packed tiles travel through)."""
+    packed = [[hca_stream_merge_pack(*ops, o_groups=o_groups)] for ops in per_rank]
+    return o_group_a2a(packed, ranks=ranks, t_pad=t_pad)
 
 
 def cp_allgather(per_rank, *, ranks, **_):

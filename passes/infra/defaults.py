@@ -91,7 +91,9 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "template option); after hca-cmp-gather-pages and before fuse-merge-rope-pack, which reads neither "
           "task's grid. Off: the model says it hurts (TP4 sparse-attention stage 272.8 -> 318.0 us, +16.6 %: the "
           "split softmax is 576 instead of 256 pypto tasks, hca_cmp_qk_pv 73.7 -> 115.4 us; the re-grids alone "
-          "move the layer by +0.1 %)",
+          "move the layer by +0.1 %); its QK look-ahead (lookahead = 2, a raw-attention template option) changes "
+          "only the kernel's program order, which the cost model does not see (the case predicts the same with "
+          "lookahead = 0)",
           enabled=False),
     Entry("o-proj-valid-rows",
           "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
@@ -138,6 +140,15 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "typed-gather's rewrite on the O path's all-to-all (not a seed PR's: docs/seed-baselines.md), right "
           "after it for the same reasons: the packed-heads producer and the tp_o_a consumers are final, and its "
           "release is ordered before the reduce-scatter; no-op at TP1"),
+    Entry("hca-merge-pack-publish",
+          "after fuse-merge-rope-pack (it needs the fused merge-pack) and a2a-direct-read (the exchange's readers are "
+          "final: the O-A tiles read the window, the release follows them), before dequant-into-owner-windows, "
+          "which never touches the all-to-all: it fuses the HCA merge-pack with the O path's all-to-all put "
+          "(pypto-lib #1170 (b)); no-op at TP1. Off: the model says upstream's 4-token tiles hurt (flash TP4 merge + "
+          "publish stage 183.6 -> 575.9 us: pypto partitions the 4-token local part into 2304 tasks instead of "
+          "48; with publish_tokens = 22, the merge-pack's own block, 183.6 -> 145.1 us, -21 %), there is no "
+          "hardware figure to check either against (held back), and turning it on changes the HCA TP > 1 sources",
+          enabled=False),
     Entry("dequant-into-owner-windows",
           "the O path's last rewrite, after a2a-direct-read (whose window release it keeps ordered before the "
           "fused reduce-scatter: it takes over the reduce-scatter's deps) and after quant-workers, which it "

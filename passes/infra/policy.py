@@ -43,6 +43,9 @@ QUANT_ROWS = 8                           # QUANT_T_TILE
 DEQUANT_WORKERS = HARDWARE.vector_cores  # Q_DEQUANT_WORKERS = 48 of qkv_proj_rope: one per AIV
 DEQUANT_TOKEN_TILE = 8                   # the seed's Q_ROPE_T_TILE: tokens per (token, head tile) unit
 MERGE_WORKERS = HARDWARE.vector_cores    # the seed's MERGE_WORKERS = 48: one per AIV
+# ---- hca-merge-pack-publish ----------------------------------------------------------------------------------
+ATTENTION_PUBLISH_WORKERS = HARDWARE.vector_cores   # decode_sparse_attn_hca ATTENTION_PUBLISH_WORKERS = 48
+ATTENTION_PUBLISH_TOKENS = 4             # #1170: ATTENTION_PUBLISH_T_TILE 8 -> 4, the publish tile's tokens
 
 # ---- early-resolve-csa-producers ---------------------------------------------------------------------------
 # pypto-lib #915: the six CSA decode producers it marks allow_early_resolve, by their seed stage names (the
@@ -63,6 +66,7 @@ CMP_GATHER_PAGES = 8                     # #1227: 8 compressed-cache pages per h
 HCA_ATTN_HEAD_TILE = 64                  # #1187: one 64-head matmul per query (all of a flash rank's heads)
 HCA_ATTN_AIV_SPLIT = 2                   # #1187: the vector work over both AIVs of a core group
 HCA_CMP_WORKERS = HARDWARE.cube_cores    # #1187: CMP on 24 workers (one per core group) instead of 16
+HCA_RAW_QK_LOOKAHEAD = 2                 # #1187: QK_PRE_LAUNCH = 2, query i + 2's QK issued before query i's PV
 # ---- hca-cmp-wide-k-tile ------------------------------------------------------------------------------------
 # The compressed QK/PV K tile in rows by the graph's `config`: 128 at flash (pypto-lib #1228: CMP_ATTN_K_TILE =
 # 128 at TP1, four 32-row pages with per-page masks), 16 at tiny (the tiny tiles' CMP_PAGES_PER_WORK · block_size,

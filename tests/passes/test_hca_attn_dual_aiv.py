@@ -47,7 +47,25 @@ def test_flash_grids(tp, raw, cmp):
 def test_second_run_explains():
     once = optimise(tiny("decode-hca"), PASS, numerics=False).graph
     reasons = {s.at: s.reason for s in get_pass(PASS)().match(once)}
-    assert reasons == {RAW: "already 8 of 8 heads per block (head_tile = 64)", CMP: "already on 16 workers"}
+    assert reasons == {RAW: "already 8 of 8 heads per block (head_tile = 64) and QK look-ahead 2",
+                       CMP: "already on 16 workers"}
+
+
+def test_lookahead_round_trips_and_is_set_on_the_raw_task():
+    result = optimise(tiny("decode-hca"), PASS + "{lookahead=0}", numerics=False)
+    assert str(result.pipeline) == PASS + "{lookahead=0}"
+    assert "lookahead" not in result.graph.nodes[RAW].attrs
+    default = optimise(tiny("decode-hca"), PASS, numerics=False).graph
+    assert default.nodes[RAW].attrs["lookahead"] == 2
+
+
+def test_lookahead_carries_to_the_direct_and_per_request_forms():
+    """The default pipeline's order (hca-attn-dual-aiv before hca-raw-kv-no-transpose and
+    raw-kv-gather-per-request) carries the option to the forms whose templates read it."""
+    for extra, name in (("", "hca.hca_raw_attn_direct"), ("raw-kv-gather-per-request", "hca.hca_raw_attn_request")):
+        pipe = ",".join(p for p in (PASS, "hca-raw-kv-no-transpose", extra) if p)
+        g = optimise(tiny("decode-hca"), pipe, numerics=False).graph
+        assert g.nodes[name].attrs["lookahead"] == 2
 
 
 def test_explains_itself_on_swa():
