@@ -44,8 +44,8 @@ def cp_payload_gather(b: GraphBuilder, name: str, values: Value, scores: Value, 
                  core="vector")
     parts = ["values", "scores"] + (["kv"] if kv is not None else [])
     unpacked = b.op("cp_wire_unpack", group, names=[f"{name}.unpack"] + [f"{name}.unpack.{p}" for p in parts[1:]],
-                    width=width, kv=kv_cols, tile=[UNPACK_ROW_TILE], blocks=wire_workers or ceildiv(rows, UNPACK_ROW_TILE),
-                    **b.clamp(rows, UNPACK_ROW_TILE))
+                    width=width, kv=kv_cols, tile=[UNPACK_ROW_TILE],
+                    blocks=wire_workers or ceildiv(rows, UNPACK_ROW_TILE), **b.clamp(rows, UNPACK_ROW_TILE))
     own = b.op("cp_rank_rows", *unpacked, names=[f"{name}.own_rows"] + [f"{name}.own_rows.{p}" for p in parts[1:]],
                tp=b.tp)
     return own
