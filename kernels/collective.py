@@ -27,7 +27,7 @@ from .window_release import pypto_window_copy_out
 from .wire import unpack_source
 
 # o_group_a2a, cp_allgather and tp_o_reduce_scatter are cross-rank rendezvous collectives: no template
-# (declared `unsupported`).
+# (declared `unsupported`); their local parts are cost forms (below).
 _PTO_CROSS_RANK = ("pypto 0.2.0 expresses remote stores and signals only with pypto.distributed / shmem ops, which "
                    "compile but SIGSEGV in the CPU cost-model simulation and which the host calculator cannot "
                    "interpret (no numbers on CPU); the lowering runs collective tasks on numpy")
@@ -85,6 +85,44 @@ def pypto_o_group_a2a_local(spec: KernelSpec) -> str:
         src(f"y = pypto.clone(pypto.view({packed.name}, [{lg}, {tokens}, {width}], [{s * lg}, 0, 0]))")
         src(f"pypto.assemble(y, [0, {s * tokens}, 0], {window.name})")
     return src.text()
+
+
+def _cp_push_local(spec: KernelSpec, parts: list[tuple[TensorArg, int, bool]]) -> str:
+    """The push of one rank (decode_cp_allgather's *_allgather_push: every worker puts its row bands of the payload
+    into the window of every rank of the group, its own included): the rank's rows written tp times, at the rows
+    s·T of a window-shaped tensor for every s (this rank standing in as every peer's window). `parts`: (operand,
+    first window column, bits) — a `bits` f32 operand goes as its bf16 bit pairs (the typed push's wire rows)."""
+    spec = spec.static()
+    window = spec.results[0]
+    rows = spec.operands[0].shape[0]
+    tp = int(spec.attrs["tp"])
+    src = Src(spec.signature())
+    for s in range(tp):
+        for part, col, bits in parts:
+            shape = list(part.shape)
+            tile = vec_tile(tuple(shape), part.itemsize, WIDE_VEC_TILE_BYTES)
+            src(f"pypto.set_vec_tile_shapes({', '.join(map(str, tile))})")
+            src(f"y = pypto.clone(pypto.view({part.name}, {shape}, {[0] * len(shape)}))")
+            value = "pypto.view(y, dtype=pypto.DT_BF16)" if bits else "y"
+            at = [s * rows] + ([col] if len(shape) > 1 else []) + [0] * (len(shape) - 2)
+            src(f"pypto.assemble({value}, {at}, {window.name})")
+    return src.text()
+
+
+@cost_template(CpAllGather)
+def pypto_cp_allgather_local(spec: KernelSpec) -> str:
+    """The untyped push of one rank: its payload rows into every rank's window (`_cp_push_local`)."""
+    payload = spec.static().operands[0]
+    return _cp_push_local(spec, [(payload, 0, False)])
+
+
+@cost_template(CpTypedAllGather)
+def pypto_cp_typed_allgather_local(spec: KernelSpec) -> str:
+    """The typed push of one rank: its values and scores as their wire bits and its kv rows into every rank's
+    window, in the wire layout of ops/wire.py (`_cp_push_local`): the same bytes as the untyped push."""
+    values, scores, *kv = spec.static().operands
+    width = values.shape[1]
+    return _cp_push_local(spec, [(values, 0, True), (scores, 2 * width, True)] + [(k, 4 * width, False) for k in kv])
 
 
 @cost_template(TpOReduceScatter)

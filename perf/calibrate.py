@@ -21,7 +21,8 @@ What each fact predicts under the model:
   that graph (a chain when `serial`, else T independent tasks);
 * per-block dispatch of a B-block vector task: ceil(min(B, 48) / K) · c / B;
 * per task (the one-to-one rows of the swimlane table): our scheduled span (first block start -> finish,
-  summed over our tasks when a chip task maps to several) vs the chip's span;
+  summed over our tasks when a chip task maps to several; `measure = "window"`: from the first of our tasks'
+  first block start to the last one's finish, for a chip window over several tasks) vs the chip's span;
 * the seed cases of the corpus (perf/cases, `[fit] cases` names which): each side with a published absolute,
   its scope's makespan (`dspark ab --cases`' prediction) vs the published µs.
 The loss is Σ weight_group · Σ (predicted / measured − 1)²; the per-task group is normalised by its size so that
@@ -166,8 +167,11 @@ def task_rows(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
             raise CalibrationError(f"facts: swimlane task '{entry['chip']}' maps to '{unknown[0]}', "
                                    "which our graph does not have")
         pred = None
-        if ours:
-            pred = sum(params.us(sched.runs[by_name[n]].finish - sched.runs[by_name[n]].start) for n in ours)
+        runs = [sched.runs[by_name[n]] for n in ours]
+        if runs and entry.get("measure", "sum") == "window":
+            pred = params.us(max(r.finish for r in runs) - min(r.start for r in runs))
+        elif runs:
+            pred = sum(params.us(r.finish - r.start) for r in runs)
         rows.append(TaskRow(entry["chip"], ours, float(entry["span_us"]), pred,
                             bool(entry.get("one_to_one", True)) and bool(ours),
                             [costs[by_name[n]].source for n in ours], entry.get("note", "")))

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..graph import Value
 from .builder import GraphBuilder
 from .common import AttnParams, attention_params, attention_prefix, hc_post, o_proj
-from .cp_payload import CompressorGathers
+from .cp_payload import HCA_WIRE_WORKERS, CompressorGathers
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
 
@@ -70,7 +70,8 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     kv_cache = cache_writeback(qkv.kv) if b.tp == 1 else None
     cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
                                    cmp_state_block_table, p.positions, ratio=R, head_dim=HD, overlap=False,
-                                   out_tile=t.CMP_OUT_TILE, payload=cp.payload("cp.hca_allgather", kv=qkv.kv))
+                                   out_tile=t.CMP_OUT_TILE,
+                                   payload=cp.payload("cp.hca_allgather", kv=qkv.kv, wire_workers=HCA_WIRE_WORKERS))
     if kv_cache is None:
         kv_cache = cache_writeback(cp.kv)
     cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,

@@ -141,6 +141,22 @@ def test_swimlane_table_counts_one_to_one_rows_within_25_percent():
     assert "(not 1:1)" in text and "1 of 2 one-to-one tasks" in text
 
 
+def test_a_window_row_spans_from_the_first_start_to_the_last_finish():
+    """`measure = "window"`: a chip window over several tasks (e.g. the O projection from the first tp_o_a to
+    the last tp_o_b_dequant) is compared with our tasks' first start -> last finish, not their summed spans."""
+    facts = {"swimlane": {"source": "test", "makespan_us": 30.0, "task": [
+        {"chip": "W", "span_us": 25.0, "ours": ["a", "b", "c"], "measure": "window"},
+        {"chip": "S", "span_us": 25.0, "ours": ["a", "b", "c"]}]}}
+    tasks = [SchedTask(0, "a", "vector", 1), SchedTask(1, "b", "vector", 1), SchedTask(2, "c", "vector", 1, (0, 1))]
+    params = replace(CHIP, dispatchers=0, hop_cycles=0.0)
+    rows, _ = cal.task_rows(facts, tasks, {0: vec(10), 1: vec(10), 2: vec(10)}, params)
+    sched = cal.schedule(tasks, {0: vec(10), 1: vec(10), 2: vec(10)}, params)
+    first = min(sched.runs[i].start for i in (0, 1))
+    assert rows[0].predicted_us == pytest.approx(params.us(sched.runs[2].finish - first))
+    assert rows[1].predicted_us == pytest.approx(30.0)          # the summed spans count a and b's overlap twice
+    assert rows[0].predicted_us < rows[1].predicted_us
+
+
 # ---- the command's error paths --------------------------------------------------------------------------
 def test_cli_missing_facts_file(tmp_path, capsys):
     assert main(["calibrate", "--facts", str(tmp_path / "none.toml")]) == 2
