@@ -192,7 +192,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     cmp_idx, _mask, bias, order = b.op(
         "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
-        ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE, blocks=1)
+        ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE,
+        tile=[t.BIAS_T_TILE], blocks=1, **b.clamp(T, t.BIAS_T_TILE))
     m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
