@@ -64,21 +64,26 @@ def _pto_divisor(n: int, cap: int) -> int:
 
 @template(IdxQrDequant)
 def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
-    """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise)."""
+    """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise).
+    tile = [rows, n]: upstream's per-step tile (pypto-lib decode_indexer.py, idx_qr_proj_dequant: DEQUANT_T_TILE
+    token rows × Q_OUT_TILE columns, one spmd block per column tile): the loop walks the token tiles and every
+    vector op runs on [rows, n] tiles (n a whole number of heads)."""
     acc, sa, sw = spec.operands
     out = spec.results[0]
     _, heads, hd = out.shape
     n = acc.shape[1]
+    tile = spec.attrs.get("tile") or [max(1, min(32, 16384 // n)), n]
+    cols = int(tile[1])
     src = Src(spec.signature())
-    loop = RowLoop(src, acc, max(1, min(32, 16384 // n)))
+    loop = RowLoop(src, acc, int(tile[0]))
     blk = PtoBlock(loop, acc)
     br = blk.rows
     with loop.loop():
-        pto_tile(src, (br, n))
+        pto_set_tile(src, [br, cols])
         src(f"sav = {blk.reshape(loop.view(sa), [br, 1])}")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         src(f"q2 = pypto.mul(pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, sav), swv)")
-        pto_tile(src, (br, heads, hd))
+        pto_set_tile(src, [br, max(1, cols // hd), hd])
         src(f"q3 = {blk.reshape('q2', [br, heads, hd])}")
         loop.store("q3", out)
     return src.text()

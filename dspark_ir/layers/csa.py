@@ -144,7 +144,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                tile=[t.MM_ROW_TILE, t.Q_OUT_TILE, c.q_lora], blocks=rows_idx * (n_idx // t.Q_OUT_TILE), aer=True,
                **b.clamp(T, t.MM_ROW_TILE))
     q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx_wq_b_scale, name="idx.idx_qr_proj_dequant",
-                 heads=c.idx_heads, tile=[t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE, aer=True)
+                 heads=c.idx_heads, tile=[t.DEQUANT_T_TILE, t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE, aer=True,
+                 **b.clamp(T, t.DEQUANT_T_TILE))
     swap = b.op("rope_swap_idx", name="idx.qr_rope_swap_idx", rope_dim=c.rope_dim, blocks=1, aer=True)
     head_rows = T * c.idx_heads
     q_idx = b.op("idx_qr_rope", q_idx, step_cos, step_sin, swap, name="idx.qr_rope", seq=c.seq,
