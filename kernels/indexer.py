@@ -133,13 +133,15 @@ def pypto_idx_qr_rope(spec: KernelSpec) -> str:
 
 @template(IdxHadamardMatmul)
 def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
-    """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation."""
+    """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation. The op's tile
+    counts (token, head) rows: each step multiplies that many rows (whole tokens), upstream's per-block tile
+    (pypto-lib decode_indexer.py, qr_hadamard_matmul: QH_MM_TILE = 64 rows per spmd block)."""
     q, had = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
     n = had.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, q, max(1, 512 // heads))
+    loop = RowLoop(src, q, max(1, row_block(spec, default=512) // heads))
     blk = PtoBlock(loop, q)
     br = blk.rows
     mixed = q.dtype != had.dtype
@@ -165,12 +167,14 @@ def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
 @template(IdxQQuant)
 def pypto_idx_q_quant(spec: KernelSpec) -> str:
     """q8 per (token, head) row: amax = max(max|x|, 1e-4), k = 127/amax (true division), rint through int32 →
-    fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise)."""
+    fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise). The op's tile counts (token, head) rows: each
+    step quantises that many rows (whole tokens), upstream's per-block tile (pypto-lib decode_indexer.py,
+    qr_hadamard_quant: QH_QUANT_TILE = 64 rows per spmd block); without one, 8 tokens per step."""
     qh = spec.operands[0]
     qo, so = spec.results
     _, heads, hd = qh.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, qh, 8)  # 8 tokens per iteration, tiles of every row and a slice of the heads (32 KiB)
+    loop = RowLoop(src, qh, max(1, row_block(spec, default=8 * heads) // heads))
     blk = PtoBlock(loop, qh)
     br = blk.rows
     with loop.loop():
