@@ -64,21 +64,26 @@ def _pto_divisor(n: int, cap: int) -> int:
 
 @template(IdxQrDequant)
 def pypto_idx_qr_dequant(spec: KernelSpec) -> str:
-    """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise)."""
+    """q = (f32(acc) · qr_scale[t]) · wq_b_scale[n] → [rows, heads, head_dim] (the reference's order: bitwise).
+    tile = [rows, n]: upstream's per-step tile (pypto-lib decode_indexer.py, idx_qr_proj_dequant: DEQUANT_T_TILE
+    token rows × Q_OUT_TILE columns, one spmd block per column tile): the loop walks the token tiles and every
+    vector op runs on [rows, n] tiles (n a whole number of heads)."""
     acc, sa, sw = spec.operands
     out = spec.results[0]
     _, heads, hd = out.shape
     n = acc.shape[1]
+    tile = spec.attrs.get("tile") or [max(1, min(32, 16384 // n)), n]
+    cols = int(tile[1])
     src = Src(spec.signature())
-    loop = RowLoop(src, acc, max(1, min(32, 16384 // n)))
+    loop = RowLoop(src, acc, int(tile[0]))
     blk = PtoBlock(loop, acc)
     br = blk.rows
     with loop.loop():
-        pto_tile(src, (br, n))
+        pto_set_tile(src, [br, cols])
         src(f"sav = {blk.reshape(loop.view(sa), [br, 1])}")
         src(f"swv = pypto.reshape({sw.name}, [1, {n}])")
         src(f"q2 = pypto.mul(pypto.mul({cast_expr(loop.view(acc), 'i32', 'f32')}, sav), swv)")
-        pto_tile(src, (br, heads, hd))
+        pto_set_tile(src, [br, max(1, cols // hd), hd])
         src(f"q3 = {blk.reshape('q2', [br, heads, hd])}")
         loop.store("q3", out)
     return src.text()
@@ -128,13 +133,15 @@ def pypto_idx_qr_rope(spec: KernelSpec) -> str:
 
 @template(IdxHadamardMatmul)
 def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
-    """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation."""
+    """qh = q @ H per (token, head) row: [rows·IH, IHD] × [IHD, IHD] on the cube, f32 accumulation. The op's tile
+    counts (token, head) rows: each step multiplies that many rows (whole tokens), upstream's per-block tile
+    (pypto-lib decode_indexer.py, qr_hadamard_matmul: QH_MM_TILE = 64 rows per spmd block)."""
     q, had = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
     n = had.shape[1]
     src = Src(spec.signature())
-    loop = RowLoop(src, q, max(1, 512 // heads))
+    loop = RowLoop(src, q, max(1, row_block(spec, default=512) // heads))
     blk = PtoBlock(loop, q)
     br = blk.rows
     mixed = q.dtype != had.dtype
@@ -160,12 +167,14 @@ def pypto_idx_hadamard_matmul(spec: KernelSpec) -> str:
 @template(IdxQQuant)
 def pypto_idx_q_quant(spec: KernelSpec) -> str:
     """q8 per (token, head) row: amax = max(max|x|, 1e-4), k = 127/amax (true division), rint through int32 →
-    fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise)."""
+    fp16 → int8, scale = 1/k (the goldens' q8 op for op: bitwise). The op's tile counts (token, head) rows: each
+    step quantises that many rows (whole tokens), upstream's per-block tile (pypto-lib decode_indexer.py,
+    qr_hadamard_quant: QH_QUANT_TILE = 64 rows per spmd block); without one, 8 tokens per step."""
     qh = spec.operands[0]
     qo, so = spec.results
     _, heads, hd = qh.shape
     src = Src(spec.signature())
-    loop = RowLoop(src, qh, 8)  # 8 tokens per iteration, tiles of every row and a slice of the heads (32 KiB)
+    loop = RowLoop(src, qh, max(1, row_block(spec, default=8 * heads) // heads))
     blk = PtoBlock(loop, qh)
     br = blk.rows
     with loop.loop():

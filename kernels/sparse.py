@@ -67,8 +67,13 @@ from .attention_blocks import (
 )
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
+<<<<<<< HEAD
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
 from .registry import cost_template, template, unsupported
+=======
+from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, row_block, vec_tile
+from .registry import template
+>>>>>>> wt-csabase
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
@@ -863,7 +868,10 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     raw − page·bs; block = table[b(t), page] by `pypto.gather` on the token's table row (the page clamped into
     the table, pages past it invalid); all integer arithmetic in f32 (< 2^24), exact. qk_order = the items
     sorted by the key (1 − nonempty)·N + item by `pypto.topk` of −key over all N items: keys are distinct, so
-    the tie order of the sort cannot matter, and the result is the reference's stable partition."""
+    the tie order of the sort cannot matter, and the result is the reference's stable partition.
+    With a `tile` (rows), the [T, ·] element-wise work runs on tiles of that many tokens: upstream's token tile
+    (pypto-lib decode_sparse_attn_csa.py, csa_slots_build_valid_qk_plan: BIAS_T_TILE = min(T, 8) rows of the
+    [T, IDX_TOPK] and [T, WIN] masks per step)."""
     spec = spec.static()
     topk, pos, table, swa = spec.operands
     cidx_out, vmask_out, bias_out, order_out = spec.results
@@ -874,12 +882,18 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     k, kt = int(spec.attrs["idx_topk"]), int(spec.attrs["k_tile"])
     blocks = (w + k) // kt
     n_items = t_n * blocks
+    tile_rows = pto_divisor(t_n, row_block(spec, default=t_n))
+
+    def token_tile(shape) -> list[int]:
+        tile = _pto_big_tile(shape)
+        return [min(tile[0], tile_rows)] + tile[1:]
+
     src = Src(spec.signature())
     pto_set_tile(src, [max(t_n, 8)])
     src(f"pf = {cast_expr(pos.name, pos.dtype, 'f32')}")
     pto_set_tile(src, [t_n, 8])
     src(f"lim = pypto.add(pypto.reshape(pf, [{t_n}, 1]), 1.0)")
-    wide = _pto_big_tile((t_n, k))
+    wide = token_tile((t_n, k))
     pto_set_tile(src, wide)
     src(f"rf = {cast_expr(f'pypto.view({topk.name}, [{t_n}, {k}], [0, 0])', topk.dtype, 'f32')}")
     src(f"need = pypto.mul(pypto.add(rf, 1.0), {float(ratio)!r})")
@@ -898,13 +912,13 @@ def pypto_csa_slots_build_valid_qk_plan(spec: KernelSpec) -> str:
     src(f"ci = {cast_expr('physf', 'f32', 'i32')}")
     src(f"pypto.assemble(ci, [0, 0], {cidx_out.name})")
     src("vc = pypto.where(pypto.ge(physf, 0.0), 1.0, 0.0)")
-    pto_set_tile(src, _pto_big_tile((t_n, w)))
+    pto_set_tile(src, token_tile((t_n, w)))
     src(f"vw = pypto.where(pypto.ge({cast_expr(swa.name, swa.dtype, 'f32')}, 0.0), 1.0, 0.0)")
-    pto_set_tile(src, _pto_big_tile((t_n, w + k)))
+    pto_set_tile(src, token_tile((t_n, w + k)))
     src("va = pypto.concat([vw, vc], -1)")
     src(f"bias = pypto.where(pypto.ge(va, 0.5), 0.0, {PTO_NEG_ATTN!r})")
     src(f"pypto.assemble(bias, [0, 0], {bias_out.name})")
-    pto_set_tile(src, _pto_big_tile((t_n, blocks, kt)))
+    pto_set_tile(src, token_tile((t_n, blocks, kt)))
     src(f"va3 = pypto.reshape(va, [{t_n}, {blocks}, {kt}])")
     src("ne3 = pypto.amax(va3, -1, keepdim=True)")
     src(f"ne = pypto.reshape(ne3, [{t_n}, {blocks}])")

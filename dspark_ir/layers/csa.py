@@ -144,7 +144,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                tile=[t.MM_ROW_TILE, t.Q_OUT_TILE, c.q_lora], blocks=rows_idx * (n_idx // t.Q_OUT_TILE), aer=True,
                **b.clamp(T, t.MM_ROW_TILE))
     q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx_wq_b_scale, name="idx.idx_qr_proj_dequant",
-                 heads=c.idx_heads, tile=[t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE, aer=True)
+                 heads=c.idx_heads, tile=[t.DEQUANT_T_TILE, t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE, aer=True,
+                 **b.clamp(T, t.DEQUANT_T_TILE))
     swap = b.op("rope_swap_idx", name="idx.qr_rope_swap_idx", rope_dim=c.rope_dim, blocks=1, aer=True)
     head_rows = T * c.idx_heads
     q_idx = b.op("idx_qr_rope", q_idx, step_cos, step_sin, swap, name="idx.qr_rope", seq=c.seq,
@@ -192,7 +193,8 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     cmp_idx, _mask, bias, order = b.op(
         "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
-        ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE, blocks=1)
+        ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE,
+        tile=[t.BIAS_T_TILE], blocks=1, **b.clamp(T, t.BIAS_T_TILE))
     m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,

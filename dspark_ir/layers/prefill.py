@@ -202,7 +202,8 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
                tile=[t.MM_ROW_TILE, t.Q_OUT_TILE, c.q_lora], blocks=rows_idx * (n_idx // t.Q_OUT_TILE),
                **b.clamp(T, t.MM_ROW_TILE))
     q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx_wq_b_scale, name="idx.idx_qr_proj_dequant",
-                 heads=c.idx_heads, tile=[t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE)
+                 heads=c.idx_heads, tile=[t.DEQUANT_T_TILE, t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE,
+                 **b.clamp(T, t.DEQUANT_T_TILE))
     swap = b.op("rope_swap_idx", name="idx.qr_rope_swap_idx", rope_dim=c.rope_dim, blocks=1)
     tok_cos, tok_sin = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                             names=["idx.q_rope_rows", "idx.q_rope_rows.sin"], rope_dim=c.rope_dim, blocks=1)

@@ -77,7 +77,7 @@ class IdxQrDequant(_IdxOp):
         return [TensorType(F32, (acc.shape[0], D.Const(h), D.floordiv(acc.shape[1], h)))]
 
     def tile_axes(self, ins, outs, attrs):
-        return [("n", ins[0].shape[1])]
+        return [("rows", ins[0].shape[0]), ("n", ins[0].shape[1])]
 
 
 @register_op

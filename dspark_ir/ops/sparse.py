@@ -172,6 +172,9 @@ class CsaSlotsBuildValidQkPlan(_SparseOp):
         return [TensorType(I32, (T, D.Const(k))), TensorType(I32, (T, blocks)), TensorType(F32, (T, width)),
                 TensorType(I32, (D.mul(T, blocks),))]
 
+    def tile_axes(self, ins, outs, attrs):
+        return [("rows", ins[1].shape[0])]
+
 
 @register_op
 class CsaQkPv(_SparseOp):
