@@ -67,13 +67,8 @@ from .attention_blocks import (
 )
 from .cube import pto_cube_shapes
 from .elementwise import pypto_copy
-<<<<<<< HEAD
-from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, vec_tile
-from .registry import cost_template, template, unsupported
-=======
 from .pto import L0B_BYTES, KernelSpec, Src, cast_expr, row_block, vec_tile
-from .registry import template
->>>>>>> wt-csabase
+from .registry import cost_template, template, unsupported
 from .vector import pto_divisor, pto_namer, pto_pairwise_tree, pto_scope, pto_set_tile, pto_token_table_rows
 
 _PTO_BIG = 3.0e38    # "never valid" threshold (> any position)
