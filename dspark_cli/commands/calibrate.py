@@ -27,12 +27,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swimlane", action="store_true",
                    help="only the per-task table vs the swimlane, with the committed constants (no fit)")
     p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
+    p.add_argument("--block-issue", choices=("cores", "grid"), default="cores",
+                   help="rule 7's issue rule to fit under (default cores, the chip model's; grid: every logical "
+                        "block; write it elsewhere with -o to compare)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from dspark_ir.hardware import HARDWARE
     from perf import calibrate as cal
     from perf.costs import PyptoCosts
-    from perf.schedule import ScheduleParams, fitted_constants
+    from perf.schedule import CHIP_BLOCK_MODEL, ScheduleParams, fitted_constants
 
     facts_path = Path(args.facts) if args.facts else cal.FACTS
     out = Path(args.output) if args.output else cal.RESULT
@@ -48,13 +52,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         tasks, costs = cal.swimlane_graph(facts, source)
         if args.swimlane:
-            chip = ScheduleParams.chip(**fitted_constants(out)) if out.is_file() else ScheduleParams.chip()
+            constants = fitted_constants(out) if out.is_file() else {}
+            chip = ScheduleParams.chip(block_issue=args.block_issue, **constants)
             for params in (chip, ScheduleParams()):
                 print(cal.swimlane_table(facts, tasks, costs, params)[0] + "\n")
             return 0
         corpus = facts["fit"].get("corpus")
-        sides = cal.corpus_sides(str(corpus), source) if corpus else []
-        fit = cal.calibrate(facts, tasks, costs, cases=sides)
+        base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
+                              block_issue=args.block_issue)
+        sides = cal.corpus_sides(str(corpus), source, base) if corpus else []
+        fit = cal.calibrate(facts, tasks, costs, base=base, cases=sides)
     except cal.CalibrationError as e:
         raise UsageError(str(e)) from None
     tables = [cal.swimlane_table(facts, tasks, costs, p) for p in (fit.params, ScheduleParams())]

@@ -124,6 +124,16 @@ def test_fit_is_deterministic_and_finds_known_constants():
     assert a.loss < 1e-6 and all(abs(r.error) < 1e-3 for r in a.residuals)
 
 
+def test_fit_records_the_issue_rule_it_was_fitted_under():
+    truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(3e-6),
+                              block_dispatch_cycles=cal.HARDWARE.cycles(0.5e-6),
+                              launch_cycles=cal.HARDWARE.cycles(60e-6))
+    facts = tiny_facts(truth)
+    fixed = {issue: cal.calibrate(facts, [], {}, rounds=1, base=replace(truth, block_issue=issue)).to_json()["fixed"]
+             for issue in ("cores", "grid")}
+    assert {issue: f["block_issue"]["value"] for issue, f in fixed.items()} == {"cores": "cores", "grid": "grid"}
+
+
 def test_swimlane_mapping_must_name_our_tasks():
     facts = {"swimlane": {"task": [{"chip": "x", "span_us": 1.0, "ours": ["no.such.task"]}]}}
     with pytest.raises(cal.CalibrationError, match="no.such.task"):
