@@ -8,19 +8,10 @@ from hypothesis import strategies as st
 
 from dspark_ir import layers
 from dspark_ir.graph import Graph
+from tests.graph_description import describe_graph
 
 EDITS = ("add", "add_join", "remove", "replace", "rename", "rename_param", "deps", "insert_dep", "attrs",
          "same_attrs", "operand", "operands")
-
-
-def _described(g: Graph) -> list:
-    rows = [(g.name, g.loc, list(g.symbols.items()), repr(g.attributes), sorted(g.values),
-             [(p.name, str(p.type), p.inout) for p in g.params], [v.name for v in g.returns], g._next_seq,
-             sorted(g._children.items()))]
-    for n in g.nodes.values():
-        rows.append((n.name, n.op, n.loc, n.seq, repr(n.attrs), [v.name for v in n.operands],
-                     [v.name for v in n.deps], [(v.name, repr(v.type), v.index) for v in n.results]))
-    return rows
 
 
 def _keys(g: Graph) -> dict[str, tuple]:
@@ -97,7 +88,7 @@ def test_the_log_says_what_a_snapshot_diff_says(layer, edits, data):
     assert (set(added), set(removed), set(modified)) == _snapshot_diff(keys, _keys(g))
     assert len(added) + len(removed) + len(modified) == len({*added, *removed, *modified})
     assert not log.blind and log.undefined() is None
-    assert _described(log.graph_before()) == _described(was)
+    assert describe_graph(log.graph_before()) == describe_graph(was)
 
 
 def test_an_untouched_graph_has_no_changes_and_rebuilds_as_it_was():
@@ -105,7 +96,7 @@ def test_an_untouched_graph_has_no_changes_and_rebuilds_as_it_was():
     was = g.clone()
     log = g.record_edits()
     assert log.changes() == ([], [], [])
-    assert _described(log.graph_before()) == _described(was)
+    assert describe_graph(log.graph_before()) == describe_graph(was)
 
 
 def test_edits_in_place_make_the_log_blind():

@@ -51,3 +51,20 @@ def skips(result: OptResult, name: str) -> dict[str, str]:
     went no further)."""
     run_ = next(r for r in result.runs if r.name == name)
     return {s.at: s.reason for s in [*run_.skips, *run_.limits]}
+
+
+def assert_simulates_as_interpreted(g: Graph, seeds: int = 3) -> None:
+    """The multi-rank simulation of `g` on one core group (1 cube, 2 vector cores; jittered schedules) completes
+    and gives, bit for bit, the reference interpreter's outputs on the golden inputs."""
+    import numpy as np
+
+    from lowering.simulate import simulate
+
+    inputs = runner.layer_inputs(g, 0)
+    want = run(g, inputs)
+    for seed in range(seeds):
+        sim = simulate(g, inputs, seed=seed, cube=1, vector=2, jitter=seed)
+        assert sim.ok, sim.report()
+        for got, exp in zip(sim.outputs, want):
+            for k in exp:
+                np.testing.assert_array_equal(got[k], exp[k], err_msg=k)

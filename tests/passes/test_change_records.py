@@ -10,18 +10,9 @@ from passes import PassContext, run_pipeline
 from passes.infra import instruments
 from passes.infra.defaults import DEFAULT_PIPELINE
 from perf.model import model_graph
+from tests.graph_description import describe_graph
 
 ALL_ON = tuple(e.spec.split("{")[0] for e in DEFAULT_PIPELINE if not e.enabled)
-
-
-def _described(g) -> list:
-    rows = [(g.name, g.loc, list(g.symbols.items()), repr(g.attributes), sorted(g.values),
-             [(p.name, str(p.type), p.inout) for p in g.params], [v.name for v in g.returns], g._next_seq,
-             sorted(g._children.items()))]
-    for n in g.nodes.values():
-        rows.append((n.name, n.op, n.loc, n.seq, repr(n.attrs), [v.name for v in n.operands],
-                     [v.name for v in n.deps], [(v.name, repr(v.type), v.index) for v in n.results]))
-    return rows
 
 
 def _keys(g) -> dict[str, tuple]:
@@ -43,7 +34,7 @@ class _ComparedWithClones(instruments.Instrument):
         assert run.removed == [n for n in old if n not in new], run.name
         assert run.modified == [n for n in new if n in old and new[n] != old[n]], run.name
         assert run.changed == (old != new or self.clone.graph_key() != g.graph_key()), run.name
-        assert _described(before) == _described(self.clone), run.name
+        assert describe_graph(before) == describe_graph(self.clone), run.name
         self.checked.append((run.name, run.changed))
 
 

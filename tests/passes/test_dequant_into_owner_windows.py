@@ -5,17 +5,23 @@ deadlock, no read of unwritten rows); a no-op at TP1 and on MoE, with the reason
 at flash TP4. Before/after cases: tests/passes/dequant-into-owner-windows/."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-import runner
 from dspark_ir import layers
-from dspark_ir.interp import run
 from lowering import build_task_graph, lint
 from lowering.simulate import simulate
 from passes import get_pass
 
-from .layer_support import ATTENTION, SEEDS, golden_mismatches, optimise, skips, statuses, tiny
+from .layer_support import (
+    ATTENTION,
+    SEEDS,
+    assert_simulates_as_interpreted,
+    golden_mismatches,
+    optimise,
+    skips,
+    statuses,
+    tiny,
+)
 
 NAME = "dequant-into-owner-windows"
 DEQUANT, RS, FUSED = "o.tp_o_b_dequant", "o.tp_o_reduce_scatter", "o.tp_o_b_dequant_publish"
@@ -80,14 +86,7 @@ def test_tp4_lowers_clean_and_simulates_on_one_core_group(layer):
     assert lint(tg).ok
     [task] = [t for t in tg.tasks if t.name == FUSED]
     assert task.collective and task.attrs["slots"] == 2
-    inputs = runner.layer_inputs(g, 0)
-    want = run(g, inputs)
-    for seed in range(3):
-        sim = simulate(g, inputs, seed=seed, cube=1, vector=2, jitter=seed)
-        assert sim.ok, sim.report()
-        for got, exp in zip(sim.outputs, want):
-            for k in exp:
-                np.testing.assert_array_equal(got[k], exp[k], err_msg=k)
+    assert_simulates_as_interpreted(g)
 
 
 @pytest.mark.parametrize("layer", ATTENTION)

@@ -8,20 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
-import runner
 from dspark_ir import layers
-from dspark_ir.interp import run
 from lowering import build_task_graph, lint
-from lowering.simulate import simulate
 from passes import get_pass, register_pass, run_pipeline
 from passes.hca_merge_pack_publish import HcaMergePackPublish
 from passes.infra.errors import PassError
 from passes.infra.rewriting import set_operand
 
-from .layer_support import SEEDS, golden_mismatches, optimise, skips, statuses, tiny
+from .layer_support import SEEDS, assert_simulates_as_interpreted, golden_mismatches, optimise, skips, statuses, tiny
 
 NAME = "hca-merge-pack-publish"
 MERGE_PACK, A2A, FUSED = "hca.hca_stream_merge_pack", "o.o_group_a2a", "hca.hca_stream_merge_pack_publish"
@@ -89,14 +85,7 @@ def test_tp4_lowers_clean_and_simulates_on_one_core_group():
     assert lint(tg).ok
     [task] = [t for t in tg.tasks if t.name == FUSED]
     assert task.collective and task.attrs["blocks"] == 48
-    inputs = runner.layer_inputs(g, 0)
-    want = run(g, inputs)
-    for seed in range(3):
-        sim = simulate(g, inputs, seed=seed, cube=1, vector=2, jitter=seed)
-        assert sim.ok, sim.report()
-        for got, exp in zip(sim.outputs, want):
-            for k in exp:
-                np.testing.assert_array_equal(got[k], exp[k], err_msg=k)
+    assert_simulates_as_interpreted(g)
 
 
 def test_fires_at_flash_tp4():
