@@ -122,11 +122,9 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
     Entry("raw-kv-gather-per-request",
           "right after hca-raw-kv-no-transpose, whose direct raw attention it needs (the per-request rows have no "
           "transposed form); it replaces the HCA window gather and the raw attention, both of which no other pass "
-          "touches, and it runs before fuse-merge-rope-pack so the merge sees the final raw-stream producer. Off for "
-          "now although the model predicts -1.6 % on the HCA stage (perf/cases/post-seed-hca-raw.toml): turning it "
-          "on changes the swimlane graph (the captured code's per-request gather) and the post-seed cases' "
-          "baselines, which wants its own refit",
-          enabled=False),
+          "touches, and it runs before fuse-merge-rope-pack so the merge sees the final raw-stream producer. On: it "
+          "holds its contract and the model predicts a gain on the HCA stage (perf/cases/post-seed-hca-raw.toml); "
+          "the captured code of the chip swimlane gathers per request too (16 blocks at 16x8)"),
     Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "

@@ -75,7 +75,7 @@ def test_skips_when_the_stream_heads_have_another_reader():
 
 def test_fires_at_flash_tp4(tmp_path):
     g = flash_opt("decode-hca", tmp_path)
-    _check_fused(g, 48, 16, raw="hca.hca_raw_attn_direct")     # the default pipeline ran hca-raw-kv-no-transpose
+    _check_fused(g, 48, 16, raw="hca.hca_raw_attn_request")    # the default pipeline ran raw-kv-gather-per-request
     assert str(g.nodes[FUSED].result.type) == "bf16[8,T,4096]"
 
 

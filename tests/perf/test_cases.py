@@ -119,11 +119,11 @@ def test_default_with_turns_entries_on_at_their_place_and_sets_options():
     names = [parse_pipeline(e.spec).names[0] for e in DEFAULT_PIPELINE]
     plain = [n for n, e in zip(names, DEFAULT_PIPELINE) if e.enabled]
     assert default_with([]).split(",") == plain
-    text = default_with(["raw-kv-gather-per-request{contiguous=false}", "fuse-merge-rope-pack{heads_on_chip=false}"])
+    text = default_with(["kv-score-token-groups{token_tiles=4}", "fuse-merge-rope-pack{heads_on_chip=false}"])
     got = parse_pipeline(text)
-    assert [n for n in got.names if n != "raw-kv-gather-per-request"] == plain
-    assert got.names.index("raw-kv-gather-per-request") == got.names.index("hca-raw-kv-no-transpose") + 1
-    assert "raw-kv-gather-per-request{contiguous=false}" in text and "fuse-merge-rope-pack{heads_on_chip=false}" in text
+    assert [n for n in got.names if n != "kv-score-token-groups"] == plain
+    assert got.names.index("kv-score-token-groups") == got.names.index("dequant-workers") + 1
+    assert "kv-score-token-groups{token_tiles=4}" in text and "fuse-merge-rope-pack{heads_on_chip=false}" in text
 
 
 @pytest.mark.parametrize("body, where", [

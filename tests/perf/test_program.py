@@ -70,7 +70,7 @@ def test_a_tensor_of_a_static_kernel_stays_static(tg):
 
 
 def test_a_dynamic_in_place_reshape_of_a_static_tensor_is_left_out():
-    """HCA: hca_raw_attn_direct (static T; the default pipeline's form of hca_raw_attn) and hca_cmp_qk_pv (DYNAMIC
+    """HCA: hca_raw_attn_request (static T; the default pipeline's form of hca_raw_attn) and hca_cmp_qk_pv (DYNAMIC
     T, reshapes q in place) share q; pypto 0.2.0 cannot take both in one program, so the later one is left out,
     with the reason."""
     import passes
@@ -78,8 +78,8 @@ def test_a_dynamic_in_place_reshape_of_a_static_tensor_is_left_out():
     tg = build_task_graph(passes.run_pipeline(layers.build("decode-hca", config="flash", tp=4)).graph)
     prog = layer_program(tg)
     why = {tg.tasks[i].name: w for i, w in prog.left_out.items()}
-    assert why["hca.hca_cmp_qk_pv"].startswith("shares a tensor with hca.hca_raw_attn_direct")
-    assert tg.task("hca.hca_raw_attn_direct").id in prog.tasks
+    assert why["hca.hca_cmp_qk_pv"].startswith("shares a tensor with hca.hca_raw_attn_request")
+    assert tg.task("hca.hca_raw_attn_request").id in prog.tasks
     assert not [n for n, w in why.items() if w.startswith("shares") and n != "hca.hca_cmp_qk_pv"]
     # what it would have written stays a program input of its readers (no version of it without a writer)
     from perf.program import pypto_ident
