@@ -23,6 +23,7 @@ from dspark_ir.ops.hc import (
     SplitPrePost,
 )
 
+from .norm import pto_rmsnorm_rows
 from .pto import L0A_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_list, row_block, vec_tile
 from .registry import template
 from .vector import pto_block_loops, pto_scope, pto_token_units
@@ -345,9 +346,7 @@ def pypto_mix_x_rms_norm(spec: KernelSpec) -> str:
         y = _pto_mix_rows(src, loop, x, pre, br)
         src(f"xf = {cast_expr(cast_expr(y, 'f32', 'bf16'), 'bf16', 'f32')}")
         src(f"wf = {cast_expr(f'pypto.reshape({w.name}, [1, {d}])', w.dtype, 'f32')}")
-        src("sq = pypto.sum(pypto.mul(xf, xf), -1, keepdim=True)")
-        src(f"inv = pypto.rsqrt(pypto.add(pypto.mul(sq, {1.0 / d!r}), {eps!r}))")
-        src(f"yn = {cast_expr('pypto.mul(pypto.mul(xf, inv), wf)', 'f32', out.dtype)}")
+        pto_rmsnorm_rows(src, d, eps, out.dtype, result="yn")
         loop.store("yn", out)
         pto_scope(src, -1)
     return src.text()

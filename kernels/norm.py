@@ -10,6 +10,14 @@ from .pto import WIDE_VEC_TILE_BYTES, KernelSpec, RowLoop, Src, cast_expr, py_li
 from .registry import template
 
 
+def pto_rmsnorm_rows(src: Src, width: int, eps: float, out_dtype: str, result: str) -> None:
+    """Emit rmsnorm's math on the f32 rows `xf` [.., width] and the f32 weight row `wf`: 1/rms per row, x · inv
+    first, then · w, one rounding to `out_dtype`, bound to `result`."""
+    src("sq = pypto.sum(pypto.mul(xf, xf), -1, keepdim=True)")
+    src(f"inv = pypto.rsqrt(pypto.add(pypto.mul(sq, {1.0 / width!r}), {eps!r}))")
+    src(f"{result} = {cast_expr('pypto.mul(pypto.mul(xf, inv), wf)', 'f32', out_dtype)}")
+
+
 @template(RmsNorm)
 def pypto_rmsnorm(spec: KernelSpec) -> str:
     x, w = spec.operands[:2]
@@ -25,9 +33,7 @@ def pypto_rmsnorm(spec: KernelSpec) -> str:
         src(f"xf = {cast_expr(loop.view(x), x.dtype, 'f32')}")
         w_shape = py_list([1] * (x.rank - 1) + [width])
         src(f"wf = {cast_expr(f'pypto.reshape({w.name}, {w_shape})', w.dtype, 'f32')}")
-        src("sq = pypto.sum(pypto.mul(xf, xf), -1, keepdim=True)")
-        src(f"inv = pypto.rsqrt(pypto.add(pypto.mul(sq, {1.0 / width!r}), {eps!r}))")
-        src(f"y = {cast_expr('pypto.mul(pypto.mul(xf, inv), wf)', 'f32', out.dtype)}")
+        pto_rmsnorm_rows(src, width, eps, out.dtype, result="y")
         loop.store("y", out)
         src("pypto.set_pass_options(sg_set_scope=-1)")
     return src.text()
