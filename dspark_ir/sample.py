@@ -8,7 +8,8 @@ on several ranks (attribute `ranks`, else `tp`). Each parameter gets, independen
 * bool: fair coin flips;
 * i8: integers in [-8, 8);
 * i32/i64: indices in [0, extent) when an op using the parameter declares which operand axis it indexes
-  (`OpDef.index_operands = {operand_position: (indexed_operand_position, axis)}`), else in [0, 8);
+  (`OpDef.index_operands = {operand_position: (indexed_operand_position, axis)}`; a page table adds the attribute
+  naming its page size, `(position, axis, "block_size")`, and indexes extent // page size pages), else in [0, 8);
 * token parameters get no value (the interpreter binds them to None).
 Every dim of every parameter must be bound (`<T = 16>`), else a one-line DsparkError says which. A graph whose
 values (parameters and every op result, on every rank) would take more than VALUES_LIMIT_BYTES gets no inputs:
@@ -93,10 +94,11 @@ def _index_extent(g: Graph, p: Value) -> int:
     """The smallest extent an op indexes with `p` (see OpDef.index_operands), else SMALL_INDEX."""
     extents = []
     for node in g.users(p):
-        declared = getattr(node.opdef, "index_operands", None) or {}
-        for position, (target, axis) in declared.items():
+        for position, (target, axis, *page) in node.opdef.index_operands.items():
             if position < len(node.operands) and node.operands[position] is p and target < len(node.operands):
                 n = node.operands[target].type.shape[axis].value(g.env)
+                if n and page:
+                    n //= int(node.attrs[page[0]])
                 if n:
                     extents.append(n)
     return min(extents) if extents else SMALL_INDEX

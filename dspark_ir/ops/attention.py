@@ -31,6 +31,7 @@ class SwaCacheInsertValidBias(_AttnOp):
     lens rows (the rank's query tokens) may differ."""
     name = "swa_cache_insert_valid_bias"
     operands = ("kv", "kv_cache", "slot_mapping", "lens")
+    index_operands = {2: (1, 0)}
     results = ("kv_cache", "bias")
     aliases = {0: 1}
     attrs = {"window": Attr("int", REQUIRED)}
@@ -58,6 +59,7 @@ class SwaCacheWriteback(_AttnOp):
     """kv_cache[slot[t]] = kv[t] (slot −1 skipped; in place): the writeback half of the split form (#e)."""
     name = "swa_cache_writeback"
     operands = ("kv", "kv_cache", "slot_mapping")
+    index_operands = {2: (1, 0)}
     aliases = {0: 1}
     reference = numpy_reference("attention", "swa_cache_writeback")
 

@@ -181,6 +181,9 @@ class OpDef:
     lowers_to: ClassVar[str] = "kernel"         # what a node becomes in the task graph: a key of LOWERS_TO
     row_sets: ClassVar[bool] = False            # each result row is a set: order within a row is no part of the
                                                 # contract (top-k with tied scores); compare rows sorted
+    # operand position -> (indexed operand position, axis[, page attr]): the operand holds indices into that
+    # axis (into its pages of `attrs[page attr]` rows when given); sample.py draws random indices in range
+    index_operands: ClassVar[dict[int, tuple[int, int] | tuple[int, int, str]]] = {}
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------

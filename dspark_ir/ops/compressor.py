@@ -189,6 +189,7 @@ class CmpScatterSoftmaxPool(_CmpOp):
     (scatter_softmax_pool)."""
     name = "cmp_scatter_softmax_pool"
     operands = ("kv", "score", "ape", "state", "state_block_table", "positions")
+    index_operands = {4: (3, 0, "block_size")}
     results = ("state", "pooled")
     aliases = {0: 3}
     attrs = {
@@ -242,6 +243,7 @@ class CmpRmsnormRopeCacheWrite(_CmpOp):
     entry (in place on cmp_kv; slot −1 skipped) (rmsnorm_rope_cache_write)."""
     name = "cmp_rmsnorm_rope_cache_write"
     operands = ("pooled", "norm_w", "cos_il", "sin_signed", "cmp_kv", "slot_mapping", "positions")
+    index_operands = {5: (4, 0)}
     aliases = {0: 4}
     attrs = {"ratio": Attr("int", REQUIRED), "seq": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
     reference = numpy_reference("compressor", "cmp_rmsnorm_rope_cache_write")
@@ -287,6 +289,7 @@ class IdxKvCacheWrite(_CmpOp):
     and idx_kv_scale; slot −1 skipped) (kv_and_cache_write)."""
     name = "idx_kv_cache_write"
     operands = ("k", "idx_kv_cache", "idx_kv_scale", "slot_mapping", "positions")
+    index_operands = {3: (1, 0)}
     results = ("idx_kv_cache", "idx_kv_scale")
     aliases = {0: 1, 1: 2}
     attrs = {"ratio": Attr("int", REQUIRED), "seq": Attr("int", REQUIRED)}
@@ -318,6 +321,7 @@ class PrefillCmpPool(_CmpOp):
     (upstream prefill_compressor_ratio4/128: scatter the tile's rows, pool every boundary in it)."""
     name = "prefill_cmp_pool"
     operands = ("kv", "score", "ape", "state", "state_block_table", "positions")
+    index_operands = {4: (3, 0, "block_size")}
     results = ("state", "pooled")
     aliases = {0: 3}
     attrs = {
@@ -344,6 +348,7 @@ class PrefillCmpFinishWrite(_CmpOp):
     tables (upstream prefill compressors' rmsnorm_rope_cache_write)."""
     name = "prefill_cmp_finish_write"
     operands = ("pooled", "norm_w", "rope_cos", "rope_sin", "cmp_kv", "slot_mapping", "positions")
+    index_operands = {5: (4, 0)}
     aliases = {0: 4}
     attrs = {"ratio": Attr("int", REQUIRED), "eps": Attr("float", 1e-6)}
     reference = numpy_reference("compressor", "prefill_cmp_finish_write")

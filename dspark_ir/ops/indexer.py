@@ -196,6 +196,7 @@ class IdxScore(_IdxOp):
     name = "idx_score"
     operands = ("q", "q_scale", "weights", "idx_kv_cache", "idx_kv_scale", "idx_block_table", "positions",
                 "kv_seq_len")
+    index_operands = {5: (3, 0, "block_size")}
     attrs = visibility_attrs() | {"block_size": Attr("int", REQUIRED),
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     core = "mix"

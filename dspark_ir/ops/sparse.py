@@ -93,6 +93,7 @@ class KvCacheWriteback(_SparseOp):
     """kv_cache[slot[t]] = kv[t] in place, slot −1 skipped (csa_cache_writeback, hca_cache_writeback)."""
     name = "kv_cache_writeback"
     operands = ("kv", "kv_cache", "slot_mapping")
+    index_operands = {2: (1, 0)}
     aliases = {0: 1}
     reference = numpy_reference("sparse", "kv_cache_writeback")
 
@@ -391,6 +392,7 @@ class HcaCmpWorkGather(_SparseOp):
     (unmapped → 0) and their physical rows i32 [B, works·work_rows] (−1 unmapped) (hca_cmp_work_gather)."""
     name = "hca_cmp_work_gather"
     operands = ("cmp_kv", "cmp_block_table")
+    index_operands = {1: (0, 0, "block_size")}
     results = ("rows", "phys")
     attrs = {"block_size": Attr("int", REQUIRED), "work_rows": Attr("int", REQUIRED), "works": Attr("int", REQUIRED),
              "items_per_block": Attr("int", doc="(request, work item) pairs one block gathers in turn "

@@ -72,7 +72,8 @@ def swiglu_expert(x_i8, x_scale, route_w, w1, s1, w3, s3, w2, s2, swiglu_limit):
         limit = F32(swiglu_limit)
         g = np.minimum(g, limit)
         u = np.clip(u, -limit, limit)
-    h = g * (F32(1.0) / (np.exp(-g) + F32(1.0))) * u
+    with np.errstate(over="ignore"):   # exp(-g) = inf for g < -88: sigmoid's limit 0, as the device computes it
+        h = g * (F32(1.0) / (np.exp(-g) + F32(1.0))) * u
     h_i8, hs = q8(h)
     row_scale = hs * f32(route_w).reshape(-1, 1)
     return to_bf16(_imatmul_t(h_i8, w2) * row_scale * f32(s2)[None, :])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dspark_ir import DsparkError, parse_graph
+from dspark_ir.ops.base import Attr
 from dspark_ir.ops.core import Join
 from dspark_ir.sample import sample_inputs
 
@@ -54,3 +55,23 @@ def test_index_operands_bound_index_values(monkeypatch):
     monkeypatch.setattr(Join, "index_operands", {2: (0, 1)}, raising=False)  # %i indexes axis 1 of %x
     g = checked(G.replace("%x: bf16[T,8]", "%x: bf16[T,3]"))
     assert sample_inputs(g, 0)["i"].max() < 3
+
+
+def test_page_tables_index_pages(monkeypatch):
+    """A page table (`(target, axis, page attr)`) draws page numbers: extent // page size, here 12 // 4 = 3."""
+    monkeypatch.setattr(Join, "index_operands", {2: (0, 1, "page")})
+    monkeypatch.setattr(Join, "attrs", {**Join.attrs, "page": Attr("int", 1)})
+    g = checked(G.replace("%x: bf16[T,8]", "%x: bf16[T,12]").replace("%t) :", "%t) {page = 4} :"))
+    values = sample_inputs(g, 0)["i"]
+    assert values.max() < 3 and values.max() >= 1
+
+
+def test_the_prefill_model_runs_on_sampled_inputs():
+    """Every paged or slot-mapped op declares its index operands, so random inputs stay in range through a
+    prefill model (before: the compressor pool's block table indexed past its state)."""
+    from dspark_ir.interp import run
+    from perf.model import model_graph
+
+    g = model_graph("tiny", prefill=7, layers=3)
+    outputs = run(g, sample_inputs(g, 0))
+    assert outputs
