@@ -273,7 +273,10 @@ class Fit:
         fixed = {"dispatch_cycles": [p.dispatch_cycles, "dspark_ir/hardware.py (pypto's AICPU charges)"],
                  "dispatchers": [p.dispatchers, "dspark_ir/hardware.py (the AICPU's 3 scheduler threads)"],
                  "clock_hz": [p.clock_hz, "dspark_ir/hardware.py"], "block_model": [p.block_model, "rule 2/chip"],
-                 "block_issue": [p.block_issue, "rule 7 (dspark calibrate --block-issue; the chip model's: cores)"]}
+                 "block_issue": [p.block_issue, "rule 7 (dspark calibrate --block-issue; the chip model runs under "
+                                                "the rule fitted)"],
+                 "early_dispatch": [p.early_dispatch, "rule 9, pypto-lib docs/debug-and-tune/dependency-and-"
+                                                      "scheduling.md (dspark calibrate --early-dispatch on|off)"]}
         return {"schema": "dspark-calibration/1", "constants": constants,
                 "fixed": {k: {"value": v, "source": s} for k, (v, s) in fixed.items()},
                 "loss": round(self.loss, 8), "evaluations": self.evaluations, "inputs_digest": self.digest,

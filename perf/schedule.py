@@ -57,6 +57,15 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
    K = 0 turns the term off.
 8. Launch. `launch_cycles` L is paid once per call, before the first task: `call = L + makespan`
    (the AICore makespan itself starts at the first task, as the chip's swimlane does).
+9. Early dispatch (`early_dispatch`; pypto-lib docs/debug-and-tune/dependency-and-scheduling.md, "Speculative
+   early dispatch"). A producer flagged `allow_early_resolve` (`SchedTask.aer`, the IR's `aer` attribute) lets
+   the AICPU stage its consumers before it finishes. A consumer is eligible once every direct dependency is
+   finished or flagged and fully published (its last block issued, rule 7); it is then staged when its kind
+   has an idle core and no normal ready task waits for cores of a kind it needs (normal work strictly
+   precedes early work): its blocks are issued from that moment, and when its last dependency finishes it is
+   ready as in rule 6 (the hop is still paid: the release waits for the producer's FIN, and the chip swimlane
+   shows full gaps before such consumers) with its issue already done. Not modelled: a staged block holds its
+   core while gated; predicated tasks (none in the IR) never stage.
 The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto's swimlane shows inside it
 (its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
 its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
@@ -79,6 +88,7 @@ from .costs import DUMMY, KernelCost
 CALIBRATION = Path(__file__).parent / "calibration" / "result.json"
 CHIP_BLOCK_MODEL = "grid"
 FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles")   # the chip model's free constants
+RULES = {"block_issue": "cores", "early_dispatch": False}           # the chip model's rules the fit ran under
 
 
 def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
@@ -88,6 +98,13 @@ def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
         return {k: 0.0 for k in FITTED}
     fitted = json.loads(path.read_text())["constants"]
     return {k: float(fitted[k]["value"]) for k in FITTED}
+
+
+def fitted_rules(path: Path = CALIBRATION) -> dict[str, object]:
+    """The rules (rule 7's issue, rule 9) the constants were fitted under, from the same result file: the chip
+    model runs under them (a rule absent from the file: its RULES default)."""
+    fixed = json.loads(path.read_text()).get("fixed", {}) if path.is_file() else {}
+    return {k: type(default)(fixed[k]["value"]) if k in fixed else default for k, default in RULES.items()}
 
 
 BLOCK_MODELS = ("work", "span", "grid")     # rule 2
@@ -113,6 +130,7 @@ class ScheduleParams:
     block_dispatch_cycles: float = 0.0   # rule 7: one dispatcher's cost to issue one block
     dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
     block_issue: str = "cores"     # rule 7: blocks a task issues: cores = min(B, N_kind); grid = B
+    early_dispatch: bool = False   # rule 9: consumers of allow-early-resolve producers are staged ahead
     launch_cycles: float = 0.0     # rule 8: paid once per call
     name: str = "legacy"
 
@@ -126,9 +144,10 @@ class ScheduleParams:
 
     @staticmethod
     def chip(**changes) -> "ScheduleParams":
-        """The calibrated chip model (rules 6-8, grid blocks) with the constants `dspark calibrate` fitted."""
+        """The calibrated chip model (rules 6-9, grid blocks) with the constants and rules `dspark calibrate`
+        fitted."""
         base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
-                              **fitted_constants())
+                              **fitted_constants(), **fitted_rules())
         return replace(base, **changes)
 
     @staticmethod
@@ -165,6 +184,7 @@ class SchedTask:
     deps: tuple[int, ...] = ()
     op: str = ""
     grid: bool = True            # `blocks` is the task's own SPMD grid (false: a collective without one, rule 2)
+    aer: bool = False            # allow early resolve: its consumers may be staged before it finishes (rule 9)
 
 
 @dataclass(frozen=True)
@@ -236,7 +256,8 @@ class Schedule:
 def sched_tasks(tg) -> list[SchedTask]:
     """SchedTasks of a lowered TaskGraph."""
     return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
-                      tuple(t.deps), t.op, has_grid(t)) for t in tg.tasks]
+                      tuple(t.deps), t.op, has_grid(t), bool(t.attrs.get("aer")) and not t.is_dummy)
+            for t in tg.tasks]
 
 
 def has_grid(task) -> bool:
@@ -325,6 +346,17 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
 
     dispatcher_free = [0.0] * params.dispatchers        # rule 7: when each dispatcher is next free
     issued: dict[int, float] = {}                       # task -> end of its last block issue
+    staged: dict[int, tuple[float, float]] = {}         # rule 9: task -> (first, last) issue end, issued early
+    released = {t.id: 0 for t in tasks}                 # rule 9: deps finished, or flagged and fully issued
+    early_wait: list[int] = []                          # rule 9: eligible, waiting for an idle core of its kind
+
+    def issue(t: SchedTask, at: float) -> tuple[float, float]:
+        ends = []
+        for _ in range(dispatched_blocks(t, params)):
+            k = min(range(len(dispatcher_free)), key=lambda i: (dispatcher_free[i], i))
+            dispatcher_free[k] = max(dispatcher_free[k], at) + params.block_dispatch_cycles
+            ends.append(dispatcher_free[k])
+        return ends[0], ends[-1]
 
     def make_ready(tid: int, at: float, hop: bool) -> None:
         t = by_id[tid]
@@ -338,14 +370,36 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
         left[tid] = t.blocks
         running[tid] = 0
         first = r
-        if dispatcher_free:
-            ends = []
-            for _ in range(dispatched_blocks(t, params)):
-                k = min(range(len(dispatcher_free)), key=lambda i: (dispatcher_free[i], i))
-                dispatcher_free[k] = max(dispatcher_free[k], r) + params.block_dispatch_cycles
-                ends.append(dispatcher_free[k])
-            first, issued[tid] = ends[0], ends[-1]
+        if tid in staged:
+            first, issued[tid] = max(r, staged[tid][0]), staged[tid][1]
+        elif dispatcher_free:
+            first, issued[tid] = issue(t, r)
+        if params.early_dispatch and t.aer:
+            push(issued.get(tid, r), "published", tid)
         push(first, "ready", tid)
+
+    def release(tid: int, now: float) -> None:
+        """Rule 9: one more dependency of `tid` is finished, or flagged and fully issued."""
+        released[tid] += 1
+        t = by_id[tid]
+        if (released[tid] == len(set(t.deps)) and missing[tid] > 0 and t.core != "none" and t.blocks > 0
+                and dispatcher_free):
+            early_wait.append(tid)
+
+    def stage_early(now: float) -> None:
+        """Rule 9: stage an eligible consumer's blocks while its kind has an idle core and no normal work
+        waits for one (normal work strictly precedes early work)."""
+        waiting = {k for _, tid in ready for k in NEEDS[by_id[tid].core]}
+        for tid in list(early_wait):
+            t = by_id[tid]
+            if missing[tid] == 0:
+                early_wait.remove(tid)
+                continue
+            need = NEEDS[t.core]
+            if waiting & need.keys() or any(len(free[k]) < n for k, n in need.items()):
+                continue
+            early_wait.remove(tid)
+            staged[tid] = issue(t, now)
 
     for t in tasks:
         if missing[t.id] == 0:
@@ -357,6 +411,8 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
         for s in succ[tid]:
             dep_done[s] = max(dep_done.get(s, 0.0), at)
             missing[s] -= 1
+            if params.early_dispatch and not by_id[tid].aer:
+                release(s, at)
             if missing[s] == 0:
                 make_ready(s, dep_done[s], hop=True)
 
@@ -398,7 +454,12 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
                         finish(tid, now)
             elif kind == "finish":
                 finish(tid, now)
+            elif kind == "published":
+                for s in succ[tid]:
+                    release(s, now)
         place(now)
+        if early_wait:
+            stage_early(now)
     unfinished = [t.name for t in tasks if t.id not in sched.runs or (left.get(t.id, 0) > 0)]
     if unfinished:
         raise ScheduleError(f"tasks never ran (dependency cycle?): {', '.join(unfinished[:5])}")

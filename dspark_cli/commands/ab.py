@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
                    help="blocks a task's dispatch issues (perf/schedule.py rule 7) instead of the model's own (cores): "
                         "cores = min(grid, cores of its kind); grid = every logical block of its SPMD grid")
+    p.add_argument("--early-dispatch", choices=("on", "off"), default=None,
+                   help="staging of consumers of allow-early-resolve producers (perf/schedule.py rule 9) instead of "
+                        "the model's own (chip: as fitted; legacy: off)")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -125,7 +128,8 @@ def command_line(args: argparse.Namespace) -> str:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     if args.model != "chip":
         line.option("--model", args.model)
-    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue)
+    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue).option(
+        "--early-dispatch", args.early_dispatch)
     return str(line.option("-o", args.output))
 
 
@@ -189,6 +193,8 @@ def _params(args):
         params = replace(params, block_model=args.block_model)
     if args.block_issue is not None:
         params = replace(params, block_issue=args.block_issue)
+    if args.early_dispatch is not None:
+        params = replace(params, early_dispatch=args.early_dispatch == "on")
     return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
 
 
@@ -209,7 +215,8 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
         "--offline", args.offline)
     if args.model != "chip":
         line.option("--model", args.model)
-    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue)
+    line.option("--block-model", args.block_model).option("--block-issue", args.block_issue).option(
+        "--early-dispatch", args.early_dispatch)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     report.notes.append(f"Reproduce: `{line.option('-o', args.output)}`")

@@ -27,16 +27,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swimlane", action="store_true",
                    help="only the per-task table vs the swimlane, with the committed constants (no fit)")
     p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
-    p.add_argument("--block-issue", choices=("cores", "grid"), default="cores",
-                   help="rule 7's issue rule to fit under (default cores, the chip model's; grid: every logical "
-                        "block; write it elsewhere with -o to compare)")
+    p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
+                   help="rule 7's issue rule to fit under (default: the result file's, else cores; grid: every "
+                        "logical block; write it elsewhere with -o to compare)")
+    p.add_argument("--early-dispatch", choices=("on", "off"), default=None,
+                   help="rule 9 (staging consumers of allow-early-resolve producers) to fit under (default: the "
+                        "result file's, else off)")
 
 
 def run(args: argparse.Namespace) -> int:
     from dspark_ir.hardware import HARDWARE
     from perf import calibrate as cal
     from perf.costs import PyptoCosts
-    from perf.schedule import CHIP_BLOCK_MODEL, ScheduleParams, fitted_constants
+    from perf.schedule import CHIP_BLOCK_MODEL, ScheduleParams, fitted_constants, fitted_rules
 
     facts_path = Path(args.facts) if args.facts else cal.FACTS
     out = Path(args.output) if args.output else cal.RESULT
@@ -49,17 +52,22 @@ def run(args: argparse.Namespace) -> int:
     except cal.CalibrationError as e:
         raise UsageError(str(e)) from None
     source = PyptoCosts(cache=args.cost_cache, offline=True)
+    rules = fitted_rules(out)
+    if args.block_issue is not None:
+        rules["block_issue"] = args.block_issue
+    if args.early_dispatch is not None:
+        rules["early_dispatch"] = args.early_dispatch == "on"
     try:
         tasks, costs = cal.swimlane_graph(facts, source)
         if args.swimlane:
             constants = fitted_constants(out) if out.is_file() else {}
-            chip = ScheduleParams.chip(block_issue=args.block_issue, **constants)
+            chip = ScheduleParams.chip(**constants, **rules)
             for params in (chip, ScheduleParams()):
                 print(cal.swimlane_table(facts, tasks, costs, params)[0] + "\n")
             return 0
         corpus = facts["fit"].get("corpus")
         base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
-                              block_issue=args.block_issue)
+                              **rules)
         sides = cal.corpus_sides(str(corpus), source, base) if corpus else []
         fit = cal.calibrate(facts, tasks, costs, base=base, cases=sides)
     except cal.CalibrationError as e:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dspark_cli.main import main
 from perf import calibrate as cal
@@ -88,6 +90,58 @@ def test_launch_floor_is_paid_once_per_call():
     tasks = [SchedTask(0, "a", "vector", 1), SchedTask(1, "b", "vector", 1, (0,))]
     s = schedule(tasks, {0: vec(5), 1: vec(5)}, p)
     assert s.makespan == 10 and s.call == 90 and s.call_us == 90
+
+
+def early_case(aer: bool, early: bool = True, extra: tuple = ()) -> tuple:
+    """A 200-cycle 1-block producer and its 48-block consumer (issued in 16 rounds of 10 by 3 dispatchers)."""
+    p = replace(CHIP, block_dispatch_cycles=10, hop_cycles=5, early_dispatch=early)
+    tasks = [SchedTask(0, "producer", "vector", 1, aer=aer), SchedTask(1, "consumer", "vector", 48, (0,)), *extra]
+    costs = {0: vec(200), 1: vec(10, 48), **{t.id: vec(t.blocks and 300, t.blocks) for t in extra}}
+    return schedule(tasks, costs, p)
+
+
+def test_early_dispatch_stages_the_consumer_of_a_flagged_producer():
+    # rule 9: the producer's one issue ends at 10 (published); the consumer's 48 issues run 10 -> 170 while the
+    # producer runs 10 -> 210; ready at 215 (the hop is still paid), it runs at once: 215 + 10
+    late = early_case(aer=True, early=False)
+    assert late.runs[1].ready == 215 and late.runs[1].finish == 215 + 160 + 10     # last issue ends 375, + 10
+    staged = early_case(aer=True)
+    assert staged.runs[1].ready == 215 and staged.runs[1].start == 215 and staged.runs[1].finish == 225
+    # an unflagged producer: nothing is staged
+    assert early_case(aer=False).runs[1].finish == late.runs[1].finish
+
+
+def test_early_dispatch_waits_for_unflagged_producers_and_yields_to_normal_work():
+    # a second, unflagged producer: the consumer is staged only once it has finished (here at 20, before 210)
+    short = SchedTask(2, "short", "cube", 1)
+    p = replace(CHIP, block_dispatch_cycles=10, hop_cycles=5, early_dispatch=True)
+    tasks = [SchedTask(0, "producer", "vector", 1, aer=True), short, SchedTask(1, "consumer", "vector", 48, (0, 2))]
+    s = schedule(tasks, {0: vec(200), 1: vec(10, 48), 2: vec(10)}, p)
+    assert s.runs[1].finish == 225
+    s = schedule([*tasks[:2], replace(tasks[2], deps=(0,)), SchedTask(3, "late", "cube", 1, (2,))],
+                 {0: vec(200), 1: vec(10, 48), 2: vec(500), 3: vec(1)}, p)
+    assert s.runs[1].finish == 225                     # a producer it does not depend on changes nothing
+    # normal work outranks early work: 48 vector blocks hold every AIV while the producer runs -> no staging
+    busy = SchedTask(2, "busy", "vector", 48)
+    assert early_case(True, extra=(busy,)).runs[1].finish == early_case(True, False, extra=(busy,)).runs[1].finish
+
+
+@given(st.lists(st.tuples(st.sampled_from(["cube", "vector", "mix", "none"]), st.integers(1, 60),
+                          st.integers(1, 50), st.booleans(), st.sets(st.integers(0, 30), max_size=3)),
+                min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_early_dispatch_never_starts_a_task_before_its_producers_finish(spec):
+    tasks = [SchedTask(i, f"t{i}", core, 0 if core == "none" else blocks, tuple(d for d in deps if d < i), aer=aer)
+             for i, (core, blocks, _, aer, deps) in enumerate(spec)]
+    costs = {i: vec(span, max(t.blocks, 1)) for i, (t, (_, _, span, _, _)) in enumerate(zip(tasks, spec))}
+    p = replace(CHIP, block_dispatch_cycles=3, hop_cycles=2, dispatch_cycles=1, early_dispatch=True)
+    s = schedule(tasks, costs, p)
+    for t in tasks:
+        run = s.runs[t.id]
+        assert run.ready >= max((s.runs[d].finish + 3 for d in t.deps), default=1)
+        assert run.start >= run.ready and run.finish >= run.start
+    assert s.makespan <= schedule(tasks, costs, replace(p, early_dispatch=False)).makespan + sum(
+        c.span for c in costs.values()) + 3 * sum(t.blocks for t in tasks)     # sanity bound: finite and ordered
 
 
 def test_span_blocks_keep_the_kernels_internal_parallelism():
