@@ -135,6 +135,8 @@ def _partial_attrs(node: Node) -> dict:
 def _reduce_attrs(g: Graph, node: Node) -> dict:
     """k_split, and one block per row tile of the split-K task (clamped when the tile does not divide)."""
     attrs: dict = {"k_split": node.attrs["k_split"]}
+    if node.attrs.get("aer"):
+        attrs["aer"] = True    # as its split-K task: upstream's hc_pre_linear_reduce allows early resolve (#982)
     tile = node.attrs.get("tile")
     if not tile:
         return attrs

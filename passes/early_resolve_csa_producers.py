@@ -34,7 +34,9 @@ class EarlyResolveCsaProducers(Pass):
     """
 
     name = "early-resolve-csa-producers"
-    origin = "a later public pypto-lib form (#915: allow_early_resolve on six CSA decode producers)"
+    origin = ("pypto-lib #915 (allow_early_resolve on six CSA decode producers), merged before the studied "
+              "snapshot 634e77bd: the seeds' base had it, so the builders emit the form before it and the seed "
+              "cases run this pass on both sides")
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes", "no-common-subexpressions"})
     stages: tuple[str, ...] = policy.EARLY_RESOLVE_CSA_STAGES

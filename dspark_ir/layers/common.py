@@ -120,24 +120,24 @@ def hc_pre(b: GraphBuilder, x_hc: Value, hc_fn: Value, hc_scale: Value, hc_base:
            block: str = "hc") -> HcPre:
     """hc_pre_rms ∥ (seed zeros → hc_pre_linear, ATOMIC split-K over LINEAR_OK) → split_pre_post, comb_sinkhorn →
     mix_x. The atomic form is the pre-#982 one; the `deterministic-split-k` pass rewrites it into ordered partials
-    plus hc_pre_linear_reduce."""
+    plus hc_pre_linear_reduce. Every task allows early resolve (`aer`), as upstream's hc_pre.py marks them."""
     c, t = b.cfg, b.tiles
     T = b.T
     rows = ceildiv(T, t.T_TILE)
     rms = b.op("hc_pre_rms", x_hc, name=f"{block}.hc_pre_rms", eps=c.hc_eps, tile=[t.T_TILE, t.RMS_K_CHUNK],
                blocks=rows, aer=True, **b.clamp(T, t.T_TILE))
-    seed = b.op("zeros", name=f"{block}.hc_pre_linear_seed", shape=[T, c.mix_hc])
+    seed = b.op("zeros", name=f"{block}.hc_pre_linear_seed", shape=[T, c.mix_hc], aer=True)
     mixes = b.op("hc_pre_linear", x_hc, hc_fn, seed, name=f"{block}.hc_pre_linear", accumulate="atomic",
                  k_split=t.LINEAR_OK, tile=[t.LINEAR_T_TILE, t.LINEAR_K_CHUNK],
                  blocks=ceildiv(T, t.LINEAR_T_TILE) * t.LINEAR_OK, aer=True, **b.clamp(T, t.LINEAR_T_TILE))
-    gate = dict(tile=[t.T_TILE], blocks=rows, **b.clamp(T, t.T_TILE))
+    gate = dict(tile=[t.T_TILE], blocks=rows, aer=True, **b.clamp(T, t.T_TILE))
     pre, post = b.op("split_pre_post", mixes, rms, hc_scale, hc_base, name=f"{block}.split_pre_post",
                      hc_mult=c.hc_mult, eps=c.hc_eps, **gate)
     comb = b.op("comb_sinkhorn", mixes, rms, hc_scale, hc_base, name=f"{block}.comb_sinkhorn", hc_mult=c.hc_mult,
                 iters=c.sinkhorn_iters, eps=c.hc_eps, **gate)
     d_tile = min(t.D_SPMD, c.hidden)
     x_mixed = b.op("mix_x", x_hc, pre, name=f"{block}.mix_x", tile=[t.T_TILE, d_tile],
-                   blocks=rows * (c.hidden // d_tile), **b.clamp(T, t.T_TILE))
+                   blocks=rows * (c.hidden // d_tile), aer=True, **b.clamp(T, t.T_TILE))
     return HcPre(x_mixed, post, comb)
 
 
@@ -236,9 +236,9 @@ def o_proj(b: GraphBuilder, packed: Value, wo_a: Value, wo_b: Value, wo_b_scale:
     rows (T_PAD/128 row blocks per group, the quant zeroing rows T … T_PAD): each group's quant then pads its
     int8 rows to T_PAD and proj_b covers them (the `o-proj-valid-rows` pass shrinks it to the T valid rows)."""
     pad = _o_pad_rows(b, token_capacity)
-    if b.tp == 1:
+    if b.tp == 1:   # decode_o_proj_tp1 marks its four stages allow_early_resolve; the TP form's tp_o_* are not
         return _o_groups(b, packed, wo_a, wo_b, wo_b_scale, block, b.cfg.o_groups, b.T,
-                         ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16", pad)
+                         ("proj_a_mm", "quant", "proj_b_mm", "proj_b_act"), "bf16", pad, aer=True)
     window = b.op("o_group_a2a", packed, name=f"{block}.o_group_a2a", tp=b.tp, t_pad=O_TOKEN_TILE)
     rows = b.tp * b.T
     recv = b.op("window_copy_out", window, name=f"{block}.o_group_a2a.copy_out", axis=1, rows=rows,
@@ -263,21 +263,24 @@ def _o_pad_rows(b: GraphBuilder, token_capacity: int | None) -> int:
 
 
 def _o_groups(b: GraphBuilder, heads: Value, wo_a: Value, wo_b: Value, wo_b_scale: Value, block: str,
-              groups: int, rows, stages: tuple[str, str, str, str], out: str, pad_rows: int = 0) -> Value:
+              groups: int, rows, stages: tuple[str, str, str, str], out: str, pad_rows: int = 0,
+              aer: bool = False) -> Value:
     c = b.cfg
+    hint = {"aer": True} if aer else {}
     a_stage, q_stage, b_stage, deq_stage = stages
     a_n, b_n = min(O_A_N_TILE, c.o_lora), min(O_B_N_TILE, c.hidden)
     parts: list[Value] = []
     for g in range(groups):
         o_r = b.op("o_proj_a", heads, wo_a, name=f"{block}.{a_stage}.g{g}", group=g, tile=[O_A_M_TILE, a_n],
-                   blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), **b.clamp(rows, O_A_M_TILE))
-        o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1, pad_rows=pad_rows or None)
+                   blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), **hint, **b.clamp(rows, O_A_M_TILE))
+        o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1, pad_rows=pad_rows or None,
+                           **hint)
         b_rows = pad_rows or rows
         acc = b.op("o_proj_b", o_i8, wo_b, name=f"{block}.{b_stage}.g{g}", group=g, tile=[O_B_M_TILE, b_n],
-                   blocks=ceildiv(b_rows, O_B_M_TILE) * (c.hidden // b_n), **b.clamp(b_rows, O_B_M_TILE))
+                   blocks=ceildiv(b_rows, O_B_M_TILE) * (c.hidden // b_n), **hint, **b.clamp(b_rows, O_B_M_TILE))
         parts += [acc, scale]
     return b.op("o_proj_b_dequant", wo_b_scale, *parts, name=f"{block}.{deq_stage}", out=out,
-                tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n),
+                tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n), **hint,
                 **b.clamp(rows, DEQ_M_TILE))
 
 

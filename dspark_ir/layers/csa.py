@@ -15,6 +15,10 @@ Stages, in the seed's *before* structure (node = `<block>.<seed stage>`):
   8a-e    csa.kv_touch → csa.csa_slots_build_valid_qk_plan → csa.qk_pv; csa.rope_cs; csa.merge_norm
   9-13    O path (o.*), csa.csa_o_local_bridge (TP > 1), hc.hc_post
 Returns x_out and the updated kv_cache, cmp_kv, cmp_state, idx_kv_cache, idx_kv_scale, idx_cmp_state.
+Early-resolve hints (`aer`) are the studied snapshot's (pypto-lib 634e77bd) less the six pypto-lib #915 added
+(cmp.rmsnorm_rope_cache_write, idx.weights_proj_reduce, icmp.kv_and_cache_write, csa.kv_touch, csa.qk_pv,
+csa.rope_cs): the `early-resolve-csa-producers` pass adds them, and the seed cases run it on both sides (the base
+had #915), as they do deterministic-split-k for #982.
 """
 from __future__ import annotations
 
@@ -47,10 +51,11 @@ def live_qk_blocks(window: int, topk: int, max_visible: int, k_tile: int) -> dic
 
 
 def compressor(b: GraphBuilder, block: str, x_normed, late, wkv, wgate, ape, state, state_table, positions, *,
-               ratio: int, head_dim: int, overlap: bool, out_tile: int, payload=None):
+               ratio: int, head_dim: int, overlap: bool, out_tile: int, payload=None, pool_aer: bool = False):
     """kv_score_proj (after late_dep) → scatter_softmax_pool (in place on the ring state): (state', pooled).
     `payload`: (values, scores) → (values, scores), what the projections go through before the pool (at TP > 1
-    the CP all-gather of the seed's base, layers/cp_payload.py)."""
+    the CP all-gather of the seed's base, layers/cp_payload.py). `pool_aer`: the pool allows early resolve (the
+    indexer compressor's does upstream, decode_indexer_compressor.py; the ratio-4 and ratio-128 ones do not)."""
     c, t = b.cfg, b.tiles
     out = (2 if overlap else 1) * head_dim
     kvp, scp = b.op("cmp_kv_score_proj", x_normed, wkv, wgate, names=[f"{block}.kv_score_proj",
@@ -61,7 +66,8 @@ def compressor(b: GraphBuilder, block: str, x_normed, late, wkv, wgate, ape, sta
         kvp, scp = payload(kvp, scp)
     return b.op("cmp_scatter_softmax_pool", kvp, scp, ape, state, state_table, positions,
                 names=[f"{block}.scatter_softmax_pool", f"{block}.scatter_softmax_pool.pooled"], ratio=ratio,
-                head_dim=head_dim, overlap=overlap, block_size=c.block_size, seq=c.seq, blocks=1)
+                head_dim=head_dim, overlap=overlap, block_size=c.block_size, seq=c.seq, blocks=1,
+                **({"aer": True} if pool_aer else {}))
 
 
 def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name: str, rope_cos, rope_sin,
@@ -135,7 +141,7 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                                    out_tile=t.CMP_OUT_TILE, payload=cp.payload("cp.csa_main_allgather"))
     cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=r, seq=c.seq, eps=c.rms_eps,
-                  **fin, aer=True)
+                  **fin)
 
     # 7a-f: indexer query side (reuses qr / qr_scale of qkv_proj_rope)
     n_idx = c.idx_heads * IHD
@@ -162,12 +168,12 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                     tile=[t.MM_ROW_TILE, c.hidden // t.WEIGHTS_OK], blocks=rows_idx * t.WEIGHTS_OK, deps=[late],
                     **b.clamp(T, t.MM_ROW_TILE))
     weights = b.op("idx_weights_reduce", partials, name="idx.weights_proj_reduce", scale=c.index_weights_scale,
-                   tile=[t.MM_ROW_TILE], blocks=rows_idx, aer=True, **b.clamp(T, t.MM_ROW_TILE))
+                   tile=[t.MM_ROW_TILE], blocks=rows_idx, **b.clamp(T, t.MM_ROW_TILE))
 
     # 7i: inner C8 compressor → idx_kv_cache / idx_kv_scale
     idx_cmp_state, ipooled = compressor(b, "icmp", x_normed, late, idx_cmp_wkv, idx_cmp_wgate, idx_cmp_ape,
                                         idx_cmp_state, idx_cmp_state_block_table, p.positions, ratio=r,
-                                        head_dim=IHD, overlap=True, out_tile=max(1, t.CMP_OUT_TILE // 2),
+                                        head_dim=IHD, overlap=True, out_tile=max(1, t.CMP_OUT_TILE // 2), pool_aer=True,
                                         payload=cp.payload("cp.csa_aux_allgather", kv=qkv.kv, workers=AUX_WORKERS))
     if kv_cache is None:
         kv_cache = cache_writeback(cp.kv)
@@ -177,7 +183,7 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     idx_kv_cache, idx_kv_scale = b.op("idx_kv_cache_write", k, idx_kv_cache, idx_kv_scale, idx_slot_mapping,
                                       p.positions, names=["icmp.kv_and_cache_write",
                                                           "icmp.kv_and_cache_write.scale"],
-                                      ratio=r, seq=c.seq, **fin, aer=True)
+                                      ratio=r, seq=c.seq, **fin)
 
     # 7j-k: score and top-k
     max_visible = max_visible_entries(b, r, geo.csa_blocks, max_context)
@@ -189,12 +195,12 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                 aer=True, **vis)
 
     # 8a-e: sparse attention over window + masked top-k
-    kv_cache = b.op("kv_touch", kv_cache, name="csa.kv_touch", blocks=1, aer=True)
+    kv_cache = b.op("kv_touch", kv_cache, name="csa.kv_touch", blocks=1)
     cmp_idx, _mask, bias, order = b.op(
         "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
         ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE,
-        tile=[t.BIAS_T_TILE], blocks=1, **b.clamp(T, t.BIAS_T_TILE))
+        tile=[t.BIAS_T_TILE], blocks=1, aer=True, **b.clamp(T, t.BIAS_T_TILE))
     m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
@@ -202,7 +208,7 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
     packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
-                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE), aer=True)
+                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE))
 
     # 9-13: O path, bridge, hc_post
     attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)

@@ -76,7 +76,7 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
         kv_cache = cache_writeback(cp.kv)
     cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=R, seq=c.seq, eps=c.rms_eps,
-                  aer=True, **finish_tiles(b))
+                  **finish_tiles(b))   # ratio 128: not marked early-resolve upstream (ratio 4's is, #915)
     ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
 
     # 8a-i: the sparse attention, compressed partials per work item (neutral past the visible rows)

@@ -162,9 +162,8 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
     Entry("early-resolve-csa-producers",
           "scheduling hints only (pypto-lib #915: aer on six CSA decode producers), after every rewrite that "
           "creates or re-grids those tasks, so the hint lands on their final form; independent of the other "
-          "passes (no values, no edges). Off by default: the schedule model has no early-resolve term (its hop "
-          "was fitted on the seed's swimlane, where most tasks already carry the hint), so it predicts no gain",
-          enabled=False),
+          "passes (no values, no edges). On by default: #915 is in the seeds' base (pypto-lib 634e77bd), and "
+          "the schedule model stages a flagged producer's consumers early (perf/schedule.py rule 9)"),
     Entry("moe-handshake-deps",
           "edge insertion + scheduling hints only (dspark-model 6(g)), independent of the other rewrites; "
           "last among the DSpark passes: it checks each wait's expected count against its notifier's final "
