@@ -419,9 +419,15 @@ def _pto_sigmoid(x: str) -> str:
 
 @template(SplitPrePost)
 def pypto_split_pre_post(spec: KernelSpec) -> str:
-    """pre / post with the tokens as the wide last dim (as `pypto_comb_sinkhorn`): the block's 2n mix columns
-    transposed to [2n, R], (m·inv)·s + b with inv a [1, R] row and s, b [2n, 1] columns, the sigmoid
-    1/(1 + exp(−x)), + eps (pre) / ·2 (post), transposed back. The reference's ops exactly."""
+    """pre / post as upstream's split_pre_post computes them (pypto-lib hc_pre.py, `_hc_pre_separate`
+    split_pre_post): two gates, each scaled by its own hc_scale entry and offset by its own hc_base slice, no
+    staging of a combined scale or base. The tokens are the wide last dim (as `pypto_comb_sinkhorn`): the block's
+    2n mix columns transposed to [2n, R] and multiplied by inv as a [1, R] row; the pre rows [0, n) and the post
+    rows [n, 2n) are views of that tile, each · its scale (a [1, 1] load expanded to an [n, 1] column) + its
+    base slice (an [n, 1] column view of an in-place [2n, 1] reshape of hc_base), then the sigmoid
+    1/(1 + exp(−x)), + eps (pre) / ·2 (post), transposed back. The reference's ops in its order: bitwise to the
+    earlier form, which built an [2n, 1] scale by a concat and the base column by a reshape, each a round trip
+    through GM (flash: 7 loads + 5 stores per 8-token task → 6 loads + 2 stores)."""
     mixes, inv, scale, base = spec.operands
     pre, post = spec.results
     n = int(spec.attrs.get("hc_mult", 4))
@@ -430,22 +436,21 @@ def pypto_split_pre_post(spec: KernelSpec) -> str:
     for r, r0 in pto_block_loops(src, mixes, _pto_rows_per_block(spec, mixes, _PTO_TOKEN_BLOCK)):
         tw = max(8, -(-r // 8) * 8)
         pto_scope(src, 1)
-        src(f"pypto.set_vec_tile_shapes({2 * n}, 8)")
-        src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}])")
-        src(f"sc = pypto.concat([pypto.expand_clone(pypto.view(sr, [1, 1], [0, 0]), [{n}, 1]), "
-            f"pypto.expand_clone(pypto.view(sr, [1, 1], [0, 1]), [{n}, 1])], 0)")
-        src(f"bs = pypto.reshape(pypto.view({base.name}, [{2 * n}], [0]), [{2 * n}, 1])")
+        src(f"sr = pypto.reshape({scale.name}, [1, {scale.shape[0]}], inplace=True)")
+        src(f"bc = pypto.reshape({base.name}, [{base.shape[0]}, 1], inplace=True)")
         src(f"pypto.set_vec_tile_shapes({tw})")
         src(f"iv = pypto.reshape(pypto.view({inv.name}, [{r}], [{r0}]), [1, {r}])")
         src(f"pypto.set_vec_tile_shapes({r}, {max(8, 2 * n)})")
         src(f"mv = pypto.view({mixes.name}, [{r}, {2 * n}], [{r0}, 0])")
         src(f"pypto.set_vec_tile_shapes({2 * n}, {tw})")
-        src("mt = pypto.transpose(mv, 0, 1)")
-        src(f"sg = {_pto_sigmoid('pypto.add(pypto.mul(pypto.mul(mt, iv), sc), bs)')}")
-        for name, target, value in (("pt", pre, f"pypto.add(pypto.view(sg, [{n}, {r}], [0, 0]), {eps!r})"),
-                                    ("qt", post, f"pypto.mul(pypto.view(sg, [{n}, {r}], [{n}, 0]), 2.0)")):
+        src("mi = pypto.mul(pypto.transpose(mv, 0, 1), iv)")
+        for k, (name, target) in enumerate((("pt", pre), ("qt", post))):
+            src(f"pypto.set_vec_tile_shapes({n}, 8)")
+            src(f"sk = pypto.expand_clone(pypto.view(sr, [1, 1], [0, {k}]), [{n}, 1])")
+            src(f"bk = pypto.view(bc, [{n}, 1], [{k * n}, 0])")
             src(f"pypto.set_vec_tile_shapes({n}, {tw})")
-            src(f"{name} = {value}")
+            sg = _pto_sigmoid(f"pypto.add(pypto.mul(pypto.view(mi, [{n}, {r}], [{k * n}, 0]), sk), bk)")
+            src(f"{name} = " + (f"pypto.add({sg}, {eps!r})" if k == 0 else f"pypto.mul({sg}, 2.0)"))
             src(f"pypto.set_vec_tile_shapes({r}, 8)")
             src(f"pypto.assemble(pypto.transpose({name}, 0, 1), [{r0}, 0], {target.name})")
         pto_scope(src, -1)
