@@ -32,7 +32,7 @@ CLEANUP = ("canonicalize", "cse", "dce")
 # Passes of the default pipeline that no seed PR made (README "Passes": later pypto-lib grids and rewrites, and a
 # traffic model's tiles). The seed-only pipeline is the default without them; its gain is reported beside the default's.
 NOT_FROM_SEEDS = ("tile-choice", "pool-fanout", "quant-workers", "dequant-workers", "hca-raw-kv-no-transpose",
-                  "fuse-mix-x-rms-norm", "raw-kv-gather-per-request")
+                  "fuse-mix-x-rms-norm", "raw-kv-gather-per-request", "hca-attn-workers", "o-dequant-workers")
 
 # The stage each seed PR benchmarked in isolation (task-name globs; deps from outside the stage count as met at
 # time 0): HCA's published −29.7 % is the TP4-shaped sparse attention alone (stages 8a–8i of the seed's layer);

@@ -95,6 +95,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "only the kernel's program order, which the cost model does not see (the case predicts the same with "
           "lookahead = 0)",
           enabled=False),
+    Entry("o-dequant-workers",
+          "with the other re-gridding passes (attributes only, edges unchanged): the TP O path's f32 O-B dequant "
+          "from one block per [8, 512] tile (512 at flash TP4) to the later public decode_o_proj's cyclic workers "
+          "(12 per reduce-scatter owner, policy.O_DEQUANT_WORKERS for all owners); before "
+          "dequant-into-owner-windows, which replaces the dequant when it is on. On: the captured code of the chip "
+          "swimlane (fa5bf7e) runs the dequant per owner on 12 workers, not 512 blocks"),
     Entry("o-proj-valid-rows",
           "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
           "the step's valid rows; it needs the quant -> proj_b -> dequant chain the layer builds (no pass before "
@@ -125,6 +131,12 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "touches, and it runs before fuse-merge-rope-pack so the merge sees the final raw-stream producer. On: it "
           "holds its contract and the model predicts a gain on the HCA stage (perf/cases/post-seed-hca-raw.toml); "
           "the captured code of the chip swimlane gathers per request too (16 blocks at 16x8)"),
+    Entry("hca-attn-workers",
+          "after raw-kv-gather-per-request, so it re-grids the final raw attention, and after hca-attn-dual-aiv, "
+          "whose compressed workers it leaves alone: the raw attention on 20 cyclic token workers and the "
+          "compressed QK/PV one block per request (attributes only); before fuse-merge-rope-pack, which reads "
+          "neither grid. On: it is what the captured code of the chip swimlane (pypto-lib fa5bf7e) runs (20 raw "
+          "and 16 compressed AIC records in the capture), and the kernels are unchanged"),
     Entry("fuse-merge-rope-pack",
           "fusion into a worker pool (dspark-model 6(c)) after the fission/re-tiling passes, none of which "
           "touches the HCA merge/pack pair; it needs the two-op form the layer builds, with the merge's f32 "

@@ -67,6 +67,10 @@ HCA_ATTN_HEAD_TILE = 64                  # #1187: one 64-head matmul per query (
 HCA_ATTN_AIV_SPLIT = 2                   # #1187: the vector work over both AIVs of a core group
 HCA_CMP_WORKERS = HARDWARE.cube_cores    # #1187: CMP on 24 workers (one per core group) instead of 16
 HCA_RAW_QK_LOOKAHEAD = 2                 # #1187: QK_PRE_LAUNCH = 2, query i + 2's QK issued before query i's PV
+# ---- hca-attn-workers, o-dequant-workers (the grids of the code the chip swimlane captured, pypto-lib fa5bf7e) --
+HCA_RAW_WORKERS = 20                     # decode_sparse_attn_hca RAW_WORKERS: tokens w, w + 20, ... per raw worker
+O_DEQUANT_WORKERS = 48                   # decode_o_proj O_RS_DEQUANT_WORKERS = 12 per owner x 4 owners: one AIV wave
+O_DEQUANT_ROWS = 16                      # its ACT_T_TILE: rows per [16, 512] dequant item
 # ---- hca-cmp-wide-k-tile ------------------------------------------------------------------------------------
 # The compressed QK/PV K tile in rows by the graph's `config`: 128 at flash (pypto-lib #1228: CMP_ATTN_K_TILE =
 # 128 at TP1, four 32-row pages with per-page masks), 16 at tiny (the tiny tiles' CMP_PAGES_PER_WORK · block_size,
