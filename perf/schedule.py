@@ -60,7 +60,8 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
 9. Early dispatch (`early_dispatch`; pypto-lib docs/debug-and-tune/dependency-and-scheduling.md, "Speculative
    early dispatch"). A producer flagged `allow_early_resolve` (`SchedTask.aer`, the IR's `aer` attribute) lets
    the AICPU stage its consumers before it finishes. A consumer is eligible once every direct dependency is
-   finished or flagged and fully published (its last block issued, rule 7); it is then staged when its kind
+   finished or flagged and fully published (every block of its grid placed on a core and issued, rule 7: a
+   grid wider than its cores publishes with its last wave); it is then staged when its kind
    has an idle core and no normal ready task waits for cores of a kind it needs (normal work strictly
    precedes early work): its blocks are issued from that moment, and when its last dependency finishes it is
    ready as in rule 6 (the hop is still paid: the release waits for the producer's FIN, and the chip swimlane
@@ -374,8 +375,6 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
             first, issued[tid] = max(r, staged[tid][0]), staged[tid][1]
         elif dispatcher_free:
             first, issued[tid] = issue(t, r)
-        if params.early_dispatch and t.aer:
-            push(issued.get(tid, r), "published", tid)
         push(first, "ready", tid)
 
     def release(tid: int, now: float) -> None:
@@ -433,6 +432,8 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
                 push(end, "block", tid, lanes)
             if left[tid] == 0:
                 ready.remove((r, tid))
+                if params.early_dispatch and t.aer:     # rule 9: every logical block handed out
+                    push(max(now, issued.get(tid, now)), "published", tid)
 
     while events:
         now = events[0][0]

@@ -126,6 +126,17 @@ def test_early_dispatch_waits_for_unflagged_producers_and_yields_to_normal_work(
     assert early_case(True, extra=(busy,)).runs[1].finish == early_case(True, False, extra=(busy,)).runs[1].finish
 
 
+def test_a_producer_wider_than_its_cores_publishes_with_its_last_wave():
+    # 8 cube blocks on 4 AICs (span blocks of 50): waves at 10 and 60, so the consumer is staged from 60 (its 48
+    # issues end at 220), not from the producer's last issue (20); it is ready at 110 + 5 and ends at 220 + 10
+    p = replace(CHIP, block_dispatch_cycles=10, hop_cycles=5, early_dispatch=True)
+    tasks = [SchedTask(0, "wide producer", "cube", 8, aer=True), SchedTask(1, "consumer", "vector", 48, (0,))]
+    costs = {0: KernelCost("given", 100.0, 800.0, 0.0), 1: vec(10, 48)}
+    s = schedule(tasks, costs, p)
+    assert s.runs[0].finish == 110 and s.runs[1].ready == 115 and s.runs[1].finish == 230
+    assert schedule(tasks, costs, replace(p, early_dispatch=False)).runs[1].finish == 115 + 160 + 10
+
+
 @given(st.lists(st.tuples(st.sampled_from(["cube", "vector", "mix", "none"]), st.integers(1, 60),
                           st.integers(1, 50), st.booleans(), st.sets(st.integers(0, 30), max_size=3)),
                 min_size=1, max_size=12))
