@@ -181,6 +181,10 @@ class OpDef:
     lowers_to: ClassVar[str] = "kernel"         # what a node becomes in the task graph: a key of LOWERS_TO
     row_sets: ClassVar[bool] = False            # each result row is a set: order within a row is no part of the
                                                 # contract (top-k with tied scores); compare rows sorted
+    open_entries: ClassVar[Callable[..., Any] | None] = None   # the result entries the contract leaves open
+                                                # (any value is right; a consumer must not read them): numpy
+                                                # (dspark_ir/semantics/<family>.py), called like `reference`,
+                                                # one boolean mask per result; compare only the other entries
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------
