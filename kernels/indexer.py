@@ -264,15 +264,17 @@ def pypto_idx_score(spec: KernelSpec) -> str:
     side by side): the chunk's physical rows max(page, 0)·bs + j as ONE index (the table row's cp pages broadcast
     over bs plus a column ramp) for an index_select of the keys (int8 → fp16, exact) and of the key scales
     (kscale viewed [pages, bs], gathered by page), dots = q [nb, seq·IH, IHD] · keysᵀ as a fp16 cube matmul with
-    f32 accumulation (exact: int8 products, integer sums < 2^24), then the reference's order: relu(dots · qIs) ·
-    w, Σ over heads ascending (bitwise), · k_s; entries at or beyond visible[t] (the chunk's column numbers are
-    static aranges: a view of a ramp at a loop offset is copied piecewise, ~50 tasks per chunk) and on unmapped
-    pages (read at page 0, masked) → FP32_NEG_INF; the columns past the table's span → FP32_NEG_INF. (No
-    sg_set_scope here: fusing these full-width chains into one subgraph serialises them, 3× the cost-model
-    cycles.) With `max_visible` below the table's span (a case's context bound), only the pages holding entries
-    0 … max_visible − 1 are read and visible[t] is capped at max_visible (the op's semantics): the rest of the
-    row is the FP32_NEG_INF tail, so the kernel's work follows the case's data, as upstream's ceil(visible / tile)
-    loop does."""
+    f32 accumulation (exact: int8 products, integer sums < 2^24), then relu(dots · qIs) · w, the heads summed by
+    ONE reduction (`pypto.sum` over the head axis, as upstream's one row_sum per page tile; its order is the
+    op's open summation order, not the reference's ascending chain), · k_s; entries at or beyond visible[t] of the
+    chunks read (the chunk's column numbers are static aranges: a view of a ramp at a loop offset is copied
+    piecewise, ~50 tasks per chunk) and on unmapped pages (read at page 0, masked) → FP32_NEG_INF, as upstream's
+    fillpad of its last tile. The columns past the pages read are not written (open entries: upstream's "no
+    score_init", the top-k masks by visible). (No sg_set_scope here: fusing these full-width chains into one
+    subgraph serialises them, 3× the cost-model cycles.) With `max_visible` below the table's span (a case's
+    context bound), only the pages holding entries 0 … max_visible − 1 are read and written and visible[t] is
+    capped at max_visible (the op's semantics), so the kernel's work follows the case's data, as upstream's
+    ceil(visible / tile) loop does."""
     q, qs, w, cache, kscale, table, pos, kv_len = spec.operands
     out = spec.results[0]
     _, heads, hd = q.shape
@@ -293,7 +295,7 @@ def pypto_idx_score(spec: KernelSpec) -> str:
         span = pages * bs
     nb = _pto_divisor(batch, max(1, 512 // (seq * heads)))
     cp = _pto_divisor(pages, max(1, 512 // (nb * bs)))
-    width, rows, tail = cp * bs, nb * seq, score_len - span
+    width, rows = cp * bs, nb * seq
 
     def cat(xs, axis):
         return xs[0] if len(xs) == 1 else f"pypto.concat([{', '.join(xs)}], {axis})"
@@ -354,9 +356,7 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             pto_tile(src, (rows, heads, width))
             src(f"d3 = pypto.reshape(dots, [{rows}, {heads}, {width}])")
             src("ph = pypto.mul(pypto.maximum(pypto.mul(d3, qsb), 0.0), wb)")
-            src(f"acc = pypto.view(ph, [{rows}, 1, {width}], [0, 0, 0])")
-            for h in range(1, heads):
-                src(f"acc = pypto.add(acc, pypto.view(ph, [{rows}, 1, {width}], [0, {h}, 0]))")
+            src("acc = pypto.sum(ph, 1, keepdim=True)")
             pto_tile(src, (nb, seq, width))
             src(f"sc3 = pypto.mul(pypto.reshape(acc, [{nb}, {seq}, {width}]), ksm)")
             src(f"ok3 = pypto.add(pypto.full([{nb}, {seq}, {width}], 0.0, pypto.DT_FP32), okm)")
@@ -365,10 +365,6 @@ def pypto_idx_score(spec: KernelSpec) -> str:
             src(f"keep = pypto.logical_and(pypto.lt(cz, {lim}), pypto.ge(pypto.reshape(ok3, [{rows}, {width}]), 0.5))")
             src(f"res = pypto.where(keep, pypto.reshape(sc3, [{rows}, {width}]), {PTO_NEG_INF!r})")
             src(f"pypto.assemble(res, [t0, {c * width}], {out.name})")
-        if tail:
-            pto_tile(src, (rows, tail))
-            fill = f"pypto.full([{rows}, {tail}], {PTO_NEG_INF!r}, pypto.DT_FP32)"
-            src(f"pypto.assemble({fill}, [t0, {span}], {out.name})")
     return src.text()
 
 

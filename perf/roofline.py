@@ -214,11 +214,14 @@ def _requests(t: Task) -> int:
 
 
 def _score_rows(t: Task) -> dict[str, float]:
-    """idx_score reads, per request, the visible compressed rows (≤ max_visible) of the INT8 cache + scales."""
-    visible = int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0)
-    cache, scale = arg(t, "idx_kv_cache"), arg(t, "idx_kv_scale")
+    """idx_score reads, per request, the visible compressed rows (≤ max_visible) of the INT8 cache + scales, and
+    writes per token only those entries (the rest of the row is open: upstream's "no score_init")."""
+    visible = min(int(t.attrs.get("max_visible") or t.attrs.get("score_len") or 0), int(t.attrs.get("score_len") or 0))
+    cache, scale, score = arg(t, "idx_kv_cache"), arg(t, "idx_kv_scale"), arg(t, "out")
     reqs = _requests(t)
     out = {}
+    if score is not None:
+        out["out"] = float(score.shape[0] * visible * ITEMSIZE[score.dtype])
     if cache is not None:
         out["idx_kv_cache"] = float(reqs * visible * math.prod(cache.shape[1:]) * ITEMSIZE[cache.dtype])
     if scale is not None:

@@ -184,6 +184,10 @@ class OpDef:
     # operand position -> (indexed operand position, axis[, page attr]): the operand holds indices into that
     # axis (into its pages of `attrs[page attr]` rows when given); sample.py draws random indices in range
     index_operands: ClassVar[dict[int, tuple[int, int] | tuple[int, int, str]]] = {}
+    open_entries: ClassVar[Callable[..., Any] | None] = None   # the result entries the contract leaves open
+                                                # (any value is right; a consumer must not read them): numpy
+                                                # (dspark_ir/semantics/<family>.py), called like `reference`,
+                                                # one boolean mask per result; compare only the other entries
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------

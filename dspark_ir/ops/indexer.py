@@ -191,8 +191,12 @@ class IdxWeightsReduce(_IdxOp):
 @register_op
 class IdxScore(_IdxOp):
     """score[t, l] = (Σ_h relu(f32(qI8[t,h]·k_i8[l]) · qIs[t,h]) · w[t,h]) · k_s[l] for l < min(visible[t],
-    max_visible), tail FP32_NEG_INF, f32 [T, score_len] (score). The template reads only the pages below
-    max_visible: a context bound makes the kernel's work the case's."""
+    max_visible), f32 [T, score_len] (score). As upstream's score scope (pypto-lib decode_indexer.py, 634e77bd:
+    "no score_init: the loop writes the valid region; the tail is never read (topk re-masks)") the entries at or
+    past visible are open (`open_entries`: any value; the reference writes FP32_NEG_INF, consumers mask by the
+    visible count), and the order of the head sum Σ_h is open (upstream: one row_sum per page tile; the reference
+    sums ascending). The template reads only the pages below max_visible: a context bound makes the kernel's work
+    the case's."""
     name = "idx_score"
     operands = ("q", "q_scale", "weights", "idx_kv_cache", "idx_kv_scale", "idx_block_table", "positions",
                 "kv_seq_len")
@@ -201,6 +205,7 @@ class IdxScore(_IdxOp):
                                    "max_visible": Attr("int", doc="static bound on visible (cache extent)")}
     core = "mix"
     reference = numpy_reference("indexer", "idx_score")
+    open_entries = numpy_reference("indexer", "idx_score_open")
 
     def infer(self, ins, attrs):
         q, qs, w, cache, kscale, table, pos, kv_len = ins

@@ -5,7 +5,8 @@ Rounding points: the dequantised query is f32; after the RoPE (at the request's 
 whole query row is rounded to bf16; the Hadamard product stays f32 and is quantised per (token, head) row with q8.
 Head weights are the ascending f32 sum of WEIGHTS_OK K-split partials (each accumulated exactly and rounded once)
 times index_weights_scale. score[t, l] = (Σ_h relu(f32(qI8·k_i8) · qIs) · w[t, h]) · k_s[l] over the visible
-entries l < visible[t] = min(kv_seq_len[b] // r, (pos + 1) // r, score_len); the tail is FP32_NEG_INF.
+entries l < visible[t] = min(kv_seq_len[b] // r, (pos + 1) // r, score_len); the tail is open (`idx_score_open`:
+the reference writes FP32_NEG_INF; upstream writes only the visible pages and the top-k masks by visible).
 topk[t, :k] = the first k = min(idx_topk, visible) entries by descending score, ties → lower index first; −1 tail.
 """
 from __future__ import annotations
@@ -79,9 +80,9 @@ def idx_weights_reduce(partials, *, scale, **_):
 # ---- score and top-k ----------------------------------------------------------------------------------------
 def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positions, kv_seq_len, *, ratio, seq,
               block_size, score_len, max_visible=None, **_):
-    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum), visible capped
-    at max_visible when given (the caller's context bound); the tail and entries on unmapped pages are
-    FP32_NEG_INF."""
+    """score f32 [T, score_len] over the visible entries (decode ordering: k_s after the head sum, heads summed
+    ascending: one order the contract allows), visible capped at max_visible when given (the caller's context
+    bound); entries on unmapped pages are FP32_NEG_INF; the tail (open: idx_score_open) is FP32_NEG_INF here."""
     vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
     if max_visible is not None:
         vis = np.minimum(vis, max_visible)
@@ -101,6 +102,17 @@ def idx_score(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positio
         score = np.sum(per_head, axis=0) * kscale[safe]
         out[t, :n] = np.where(rows >= 0, score, FP32_NEG_INF)
     return out
+
+
+def idx_score_open(q_i8, q_s, w, idx_kv_cache, idx_kv_scale, idx_block_table, positions, kv_seq_len, *, ratio, seq,
+                   score_len, max_visible=None, **_):
+    """The entries of idx_score's result its contract leaves open (OpDef.open_entries): (mask bool [T, score_len],)
+    True at l ≥ visible[t] (capped at max_visible, as idx_score). Upstream's score scope writes only the tiles of
+    the visible prefix and the top-k re-masks by the visible count, so no consumer reads these entries."""
+    vis = visible_lengths(positions, kv_seq_len, ratio=ratio, seq=seq, score_len=score_len)
+    if max_visible is not None:
+        vis = np.minimum(vis, max_visible)
+    return (np.arange(score_len)[None, :] >= vis[:, None],)
 
 
 def staged_sort(row, stages) -> np.ndarray:

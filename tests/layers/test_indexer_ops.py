@@ -133,6 +133,34 @@ def test_score_capped_at_max_visible():
     assert bitwise(topk, topk_indices(cfg, capped, np.minimum(vis, cap)))
 
 
+@pytest.mark.parametrize("cap", [None, "half"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_score_tail_is_open_and_no_topk_reads_it(seed, cap):
+    """idx_score's open entries (OpDef.open_entries, upstream's unwritten tail) are exactly l ≥ min(visible,
+    max_visible); whatever they hold (here values that would win any sort, and NaN), the top-k — one full sort or
+    the prefill's staged sort — picks the same indices: it masks by the visible count, as upstream's topk."""
+    from dspark_ir.ops import get_op
+
+    cfg, inputs, x_normed, qr, qr_scale = case(seed, "long_cache")
+    q_i8, q_s = query_side(cfg, inputs, qr, qr_scale)
+    args = (q_i8, q_s, weights(cfg, x_normed, inputs), inputs["idx_kv_cache"], inputs["idx_kv_scale"],
+            inputs["idx_block_table"], inputs["positions"], inputs["kv_seq_len"])
+    vis = visible_lengths(cfg, inputs["positions"], inputs["kv_seq_len"])
+    bound = None if cap is None else int(vis.max()) // 2
+    attrs = dict(block_size=cfg.block_size, max_visible=bound, **score_args(cfg))
+    score = K.idx_score(*args, **attrs)
+    (mask,) = get_op("idx_score").open_entries(*args, **attrs)
+    assert get_op("idx_score").open_entries is K.idx_score_open
+    seen = vis if bound is None else np.minimum(vis, bound)
+    assert np.array_equal(mask, np.arange(cfg.score_len)[None, :] >= seen[:, None]) and mask.any() and (~mask).any()
+    for filler in (np.float32(3.0e38), np.float32(np.nan)):
+        dirty = np.where(mask, filler, score)
+        for stages in (None, (32, 64, 256)):
+            kw = dict(k=cfg.idx_topk, max_visible=bound, sort_stages=stages, **score_args(cfg))
+            clean = K.idx_topk(score, inputs["positions"], inputs["kv_seq_len"], **kw)
+            assert bitwise(K.idx_topk(dirty, inputs["positions"], inputs["kv_seq_len"], **kw), clean)
+
+
 @pytest.mark.parametrize("regime", ["empty_cmp", "short_cache", "window_boundary", "topk_boundary"])
 def test_bounded_writer_is_the_topk_set_when_visible_fits(regime):
     """The bypass precondition holds in these regimes (visible ≤ idx_topk): same set, ascending, −1 tail; the
