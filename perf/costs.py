@@ -51,7 +51,7 @@ from lowering.taskgraph import Task, TaskGraph
 from .executors import Executor, LocalExecutor, SimJob, SimOutcome
 from .roofline import blocked_bound, task_work
 
-EXTRACTOR_VERSION = 1
+EXTRACTOR_VERSION = 2     # 2: spans over the AIC/AIV lanes only (pypto's HUB control tasks left out)
 SOURCES = ("pypto", "roofline", "dummy", "given")
 
 

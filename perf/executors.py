@@ -96,12 +96,20 @@ class SimOutcome:
         return not self.ok and ("timed out" in text or "timeout" in text or "crash" in text)
 
 
+CORE_LANES = {"AIC": "cube", "AIV": "vector"}
+
+
 def parse_swimlane(path: Path) -> dict:
-    """first start, last end and busy cycles per core kind from `_simulate.swim.json`."""
+    """first start, last end and busy cycles per core kind from `_simulate.swim.json`, over the AIC and AIV lanes.
+    Other lanes are left out: pypto adds 1-cycle control tasks on a `HUB` lane to some kernels, a root before the
+    first real task (in the program start-up) and sinks after the last one (its modelled dependency resolution),
+    which would put the start-up and that wait into the kernel's span."""
     lanes = json.loads(Path(path).read_text())
     first, last, busy = None, 0.0, {"cube": 0.0, "vector": 0.0}
     for lane in lanes:
-        kind = "cube" if str(lane.get("coreType", "")).upper().startswith("AIC") else "vector"
+        kind = CORE_LANES.get(str(lane.get("coreType", "")).upper()[:3])
+        if kind is None:
+            continue
         for t in lane.get("tasks", []):
             s, e = float(t["execStart"]), float(t["execEnd"])
             first = s if first is None else min(first, s)

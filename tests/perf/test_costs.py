@@ -57,7 +57,10 @@ def test_parse_swimlane(tmp_path):
     lanes = [{"blockIdx": 0, "coreType": "AIC", "tasks": [{"execStart": 100, "execEnd": 300}]},
              {"blockIdx": 1, "coreType": "AIV", "tasks": [{"execStart": 150, "execEnd": 250},
                                                          {"execStart": 260, "execEnd": 400}]},
-             {"blockIdx": 2, "coreType": "AIV", "tasks": []}]
+             {"blockIdx": 2, "coreType": "AIV", "tasks": []},
+             # pypto's control tasks: a root in the program start-up and a sink after its dependency resolution
+             {"blockIdx": 3, "coreType": "HUB", "tasks": [{"execStart": 20, "execEnd": 21},
+                                                         {"execStart": 900, "execEnd": 901}]}]
     path = tmp_path / "_simulate.swim.json"
     path.write_text(json.dumps(lanes))
     assert parse_swimlane(path) == {"first": 100.0, "last": 400.0, "cube": 200.0, "vector": 240.0}
