@@ -242,7 +242,7 @@ def _payload_chain(g: Graph, unpack: Node) -> "tuple[Node, Node, Node] | str | N
     if copy.attrs["axis"] != 0:
         return f"%{copy.name} reads back along axis {copy.attrs['axis']}, not the rows"
     for value, reader in ((pack.result, gather), (gather.result, copy), (copy.result, unpack)):
-        others = [u for u in g.users(value) if u is not reader and value in u.operands]   # order-only: moved below
+        others = [u for u in g.users(value) if u is not reader]
         if value in g.returns or others:
             who = "the graph" if value in g.returns else f"%{others[0].name}"
             return f"%{value.name} is also used by {who}: the wire rows must stay"

@@ -26,14 +26,12 @@ HCA_WIRE_WORKERS = 16
 
 def cp_payload_gather(b: GraphBuilder, name: str, values: Value, scores: Value, kv: Value | None = None, *,
                       workers: int = MAIN_WORKERS, wire_workers: int | None = None,
-                      after: Value | None = None) -> tuple[tuple[Value, ...], Value]:
-    """(this rank's (values, scores[, kv]), the retire) after the untyped CP all-gather of [values | scores | kv]
-    over the TP group: bitwise the operands (the wire form is lossless), but only after the exchange, as in the
-    seed's base. `wire_workers`: the pack and unpack waves' cyclic workers (None: one block per row tile). `after`:
-    a value that must be ready before the push (rendezvous collectives meet in one order on every rank). The
-    retire is the read-back task (window_copy_out: read-back, read-back wait, retire), the chain point for a later
-    gather: the step's epoch ends there (seed decode_cp_allgather: "Consumers depend on retirement"; the HCA
-    capture runs the unpack after the retire), so a later push waits for it, not for the unpack."""
+                      after: Value | None = None) -> tuple[Value, ...]:
+    """This rank's (values, scores[, kv]) after the untyped CP all-gather of [values | scores | kv] over the TP
+    group: bitwise the operands (the wire form is lossless), but only after the exchange, as in the seed's base.
+    `wire_workers`: the pack and unpack waves' cyclic workers (None: one block per row tile). `after`: a value
+    that must be ready before the push (rendezvous collectives meet in one order on every rank). Returns the
+    operands' stand-ins; the last one is also the chain point for a later gather."""
     T, rows = b.T, b.tp * b.T
     typed = [values, scores] + ([kv] if kv is not None else [])
     width = b.value(values.type.shape[1])
@@ -50,13 +48,12 @@ def cp_payload_gather(b: GraphBuilder, name: str, values: Value, scores: Value, 
                     blocks=wire_workers or ceildiv(rows, UNPACK_ROW_TILE), **b.clamp(rows, UNPACK_ROW_TILE))
     own = b.op("cp_rank_rows", *unpacked, names=[f"{name}.own_rows"] + [f"{name}.own_rows.{p}" for p in parts[1:]],
                tp=b.tp)
-    return own, group
+    return own
 
 
 class CompressorGathers:
     """A layer's compressor-payload all-gathers, as `compressor(payload=…)` callbacks: each gather's push waits for
-    the previous gather's retire (every rank meets its peers in one order, on one window and signal); at TP1 they
-    pass the rows through.
+    the previous gather's last task (every rank meets its peers in one order); at TP1 they pass the rows through.
     `kv`: the gathered kv rows (this rank's) of the gather that carried them."""
 
     def __init__(self, b: GraphBuilder):
@@ -67,8 +64,9 @@ class CompressorGathers:
         def gather(values: Value, scores: Value) -> tuple[Value, Value]:
             if self.b.tp == 1:
                 return values, scores
-            own, self.last = cp_payload_gather(self.b, name, values, scores, kv, workers=workers,
-                                               wire_workers=wire_workers, after=self.last)
+            own = cp_payload_gather(self.b, name, values, scores, kv, workers=workers, wire_workers=wire_workers,
+                                    after=self.last)
+            self.last = own[-1]
             if kv is not None:
                 self.kv = own[2]
             return own[0], own[1]

@@ -282,18 +282,3 @@ def test_long_cache_selects_a_strict_subset(tp, seed):
         assert np.all([len(set(row[:k])) == k for row in topk])
         assert any(set(row[:k]) != set(range(k)) for row in topk)
         assert np.all((env["csa.csa_slots_build_valid_qk_plan"] >= 0).sum(axis=1) == k)
-
-
-def test_aux_gather_waits_for_the_main_gather_s_retire_not_its_unpack():
-    """The compressor payloads' CP all-gathers meet the peers in one order on one window and signal: the aux push
-    waits for the main step's retire (the read-back task: read-back, wait, retire; seed decode_cp_allgather:
-    "Consumers depend on retirement"), not for the main's unpack or the rank-rows glue; after typed-gather, for
-    the main's typed read-back."""
-    import passes
-
-    g = layers.build("decode-csa", config="tiny", tp=4)
-    n = g.nodes
-    assert [d.name for d in n["cp.csa_aux_allgather"].deps] == [n["cp.csa_main_allgather.copy_out"].result.name]
-    typed = passes.run_pipeline(g, passes.parse_pipeline("typed-gather")).graph
-    push = next(x for x in typed.nodes.values() if x.name.startswith("cp.csa_aux_allgather.typed"))
-    assert [d.producer.name for d in push.deps] == ["cp.csa_main_allgather.readback"]
