@@ -266,21 +266,21 @@ def _o_groups(b: GraphBuilder, heads: Value, wo_a: Value, wo_b: Value, wo_b_scal
               groups: int, rows, stages: tuple[str, str, str, str], out: str, pad_rows: int = 0,
               aer: bool = False) -> Value:
     c = b.cfg
-    hint = {"aer": True} if aer else {}
+    hint = aer or None      # b.op drops None attributes: unmarked stages carry no aer
     a_stage, q_stage, b_stage, deq_stage = stages
     a_n, b_n = min(O_A_N_TILE, c.o_lora), min(O_B_N_TILE, c.hidden)
     parts: list[Value] = []
     for g in range(groups):
         o_r = b.op("o_proj_a", heads, wo_a, name=f"{block}.{a_stage}.g{g}", group=g, tile=[O_A_M_TILE, a_n],
-                   blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), **hint, **b.clamp(rows, O_A_M_TILE))
+                   blocks=ceildiv(rows, O_A_M_TILE) * (c.o_lora // a_n), aer=hint, **b.clamp(rows, O_A_M_TILE))
         o_i8, scale = b.op("quant_rows", o_r, name=f"{block}.{q_stage}.g{g}", blocks=1, pad_rows=pad_rows or None,
-                           **hint)
+                           aer=hint)
         b_rows = pad_rows or rows
         acc = b.op("o_proj_b", o_i8, wo_b, name=f"{block}.{b_stage}.g{g}", group=g, tile=[O_B_M_TILE, b_n],
-                   blocks=ceildiv(b_rows, O_B_M_TILE) * (c.hidden // b_n), **hint, **b.clamp(b_rows, O_B_M_TILE))
+                   blocks=ceildiv(b_rows, O_B_M_TILE) * (c.hidden // b_n), aer=hint, **b.clamp(b_rows, O_B_M_TILE))
         parts += [acc, scale]
     return b.op("o_proj_b_dequant", wo_b_scale, *parts, name=f"{block}.{deq_stage}", out=out,
-                tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n), **hint,
+                tile=[DEQ_M_TILE, b_n], blocks=ceildiv(rows, DEQ_M_TILE) * (c.hidden // b_n), aer=hint,
                 **b.clamp(rows, DEQ_M_TILE))
 
 

@@ -67,7 +67,7 @@ def compressor(b: GraphBuilder, block: str, x_normed, late, wkv, wgate, ape, sta
     return b.op("cmp_scatter_softmax_pool", kvp, scp, ape, state, state_table, positions,
                 names=[f"{block}.scatter_softmax_pool", f"{block}.scatter_softmax_pool.pooled"], ratio=ratio,
                 head_dim=head_dim, overlap=overlap, block_size=c.block_size, seq=c.seq, blocks=1,
-                **({"aer": True} if pool_aer else {}))
+                aer=pool_aer or None)
 
 
 def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name: str, rope_cos, rope_sin,
