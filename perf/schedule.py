@@ -377,7 +377,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
             first, issued[tid] = issue(t, r)
         push(first, "ready", tid)
 
-    def release(tid: int, now: float) -> None:
+    def release(tid: int) -> None:
         """Rule 9: one more dependency of `tid` is finished, or flagged and fully issued."""
         released[tid] += 1
         t = by_id[tid]
@@ -411,7 +411,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
             dep_done[s] = max(dep_done.get(s, 0.0), at)
             missing[s] -= 1
             if params.early_dispatch and not by_id[tid].aer:
-                release(s, at)
+                release(s)
             if missing[s] == 0:
                 make_ready(s, dep_done[s], hop=True)
 
@@ -457,7 +457,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
                 finish(tid, now)
             elif kind == "published":
                 for s in succ[tid]:
-                    release(s, now)
+                    release(s)
         place(now)
         if early_wait:
             stage_early(now)
