@@ -381,6 +381,7 @@ class ABReport:
                              "dispatch_cycles": self.params.dispatch_cycles, "clock_hz": self.params.clock_hz,
                              "model": self.params.name, "block_model": self.params.block_model,
                              "block_issue": self.params.block_issue, "early_dispatch": self.params.early_dispatch,
+                             "cross_rank": self.params.cross_rank,
                              "hop_cycles": self.params.hop_cycles, "dispatchers": self.params.dispatchers,
                              "block_dispatch_cycles": self.params.block_dispatch_cycles,
                              "launch_cycles": self.params.launch_cycles},
@@ -416,7 +417,8 @@ def _model_text(p: ScheduleParams) -> str:
         return f"model `{p.name}` ({p.block_model} blocks)"
     return (f"model `{p.name}` ({p.block_model} blocks, hop {p.us(p.hop_cycles):.2f} µs, block dispatch "
             f"{p.us(p.block_dispatch_cycles):.2f} µs over {p.dispatchers} dispatchers, {p.block_issue} block issue, "
-            f"early dispatch {'on' if p.early_dispatch else 'off'}; "
+            f"early dispatch {'on' if p.early_dispatch else 'off'}, "
+            f"cross-rank steps {'on' if p.cross_rank else 'off'}; "
             "latencies are AICore makespans, "
             f"a call adds the {p.us(p.launch_cycles):.1f} µs launch floor)")
 

@@ -170,8 +170,8 @@ def task_rows(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
         runs = [sched.runs[by_name[n]] for n in ours]
         if runs and entry.get("measure", "sum") == "window":
             pred = params.us(max(r.finish for r in runs) - min(r.start for r in runs))
-        elif runs:
-            pred = sum(params.us(r.finish - r.start) for r in runs)
+        elif runs:     # task spans, as the chip's rows: the gaps before rule 10's signal tasks left out
+            pred = sum(params.us(r.finish - r.start - r.gaps) for r in runs)
         rows.append(TaskRow(entry["chip"], ours, float(entry["span_us"]), pred,
                             bool(entry.get("one_to_one", True)) and bool(ours),
                             [costs[by_name[n]].source for n in ours], entry.get("note", "")))
@@ -276,7 +276,10 @@ class Fit:
                  "block_issue": [p.block_issue, "rule 7 (dspark calibrate --block-issue; the chip model runs under "
                                                 "the rule fitted)"],
                  "early_dispatch": [p.early_dispatch, "rule 9, pypto-lib docs/debug-and-tune/dependency-and-"
-                                                      "scheduling.md (dspark calibrate --early-dispatch on|off)"]}
+                                                      "scheduling.md (dspark calibrate --early-dispatch on|off)"],
+                 "cross_rank": [p.cross_rank, "rule 10: the collectives' declared steps (dspark_ir/ops/collective.py), "
+                                              "the link of dspark_ir/hardware.py (dspark calibrate --cross-rank "
+                                              "on|off)"]}
         return {"schema": "dspark-calibration/1", "constants": constants,
                 "fixed": {k: {"value": v, "source": s} for k, (v, s) in fixed.items()},
                 "loss": round(self.loss, 8), "evaluations": self.evaluations, "inputs_digest": self.digest,

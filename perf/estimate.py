@@ -20,7 +20,7 @@ from lowering.taskgraph import TaskGraph
 
 from .costs import CostSource, KernelCost
 from .roofline import Bound, Floor, Work, chip_bound, floor, task_work
-from .schedule import Schedule, ScheduleParams, alone_cycles, sched_tasks, schedule
+from .schedule import Schedule, ScheduleParams, alone_cycles, chip_cost, sched_tasks, schedule
 
 
 @dataclass
@@ -150,7 +150,8 @@ def estimate(tg: TaskGraph, source: CostSource, params: ScheduleParams | None = 
         b = chip_bound(work, hw)
         c = costs[t.id]
         run = sched.runs[t.id]
-        alone = alone_cycles(st, c, params) - params.dispatch_cycles if st.core != "none" else 0.0
+        alone = (alone_cycles(st, chip_cost(st, c, params), params) - params.dispatch_cycles
+                 if st.core != "none" else 0.0)
         rows.append(KernelRow(t.id, t.name, t.op, st.core, st.blocks, c.source, c.note, hw.us(c.span),
                               hw.us(alone), hw.us(run.start), hw.us(run.finish), b.us(), b.limit, work.bytes,
                               work.cube_flops + work.cube_int8, work.vector_ops, c.pypto_tasks, c.total))

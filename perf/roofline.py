@@ -129,6 +129,7 @@ from dspark_ir.ops.splitk import MatmulPartials, SplitReduce
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.ops.window_release import WindowRelease
 from dspark_ir.ops.wire import CpWirePack, CpWireUnpack
+from lowering.codegen import op_definition
 from lowering.taskgraph import Arg, Task
 
 
@@ -498,7 +499,7 @@ def task_work(task: Task) -> Work:
     if cube is None or task.core != "cube":
         w.vector_ops += largest * rule.vector_factor
     if task.collective:
-        w.remote += _remote_bytes(task)
+        w.remote += remote_bytes(task)
     return w
 
 
@@ -507,13 +508,22 @@ def _head_dim(task: Task) -> int:
     return q.shape[-1] if q is not None else 1
 
 
-def _remote_bytes(task: Task) -> float:
-    """Bytes leaving the chip: the (tp-1)/tp share of what the collective exchanges."""
+def remote_bytes(task: Task) -> float:
+    """Bytes this rank sends over the inter-chip link: a collective's declared exchange (`OpDef.cross_rank`, the
+    one home of that fact), else (a collective that declares none) the (tp-1)/tp share of its largest argument."""
     tp = int(task.attrs.get("tp") or 1)
-    if tp <= 1:
+    if tp <= 1 or not task.collective:
         return 0.0
-    moved = max((nbytes(a) for a in task.args), default=0)
-    return moved * (tp - 1) / tp
+    opdef = op_definition(task.op)
+    spec = opdef.cross_rank if opdef is not None else None
+    if spec is None:
+        moved = max((nbytes(a) for a in task.args), default=0)
+        return moved * (tp - 1) / tp
+    exchanged = arg(task, spec.exchanged)
+    if exchanged is None:
+        raise ValueError(f"task '{task.name}': op '{task.op}' declares its exchange as '{spec.exchanged}', "
+                         "which the task has no argument of")
+    return spec.sent_bytes(exchanged.shape, exchanged.dtype, tp)
 
 
 # ---- bounds --------------------------------------------------------------------------------------------
@@ -635,7 +645,7 @@ def floor(tg, hw: Hardware = HARDWARE) -> Floor:
             if written and (kind == "inout" or a.view.buffer in outputs):
                 writes[k] = max(writes.get(k, 0.0), written)
         if t.collective:
-            exchange += _remote_bytes(t)
+            exchange += remote_bytes(t)
     parts = {"inputs": 0.0, "caches": 0.0, "outputs": 0.0}
     for per_key, is_write in ((reads, False), (writes, True)):
         per_buffer: dict[str, float] = {}

@@ -67,6 +67,22 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
    ready as in rule 6 (the hop is still paid: the release waits for the producer's FIN, and the chip swimlane
    shows full gaps before such consumers) with its issue already done. Not modelled: a staged block holds its
    core while gated; predicated tasks (none in the IR) never stage.
+10. Cross-rank steps (`cross_rank`). pypto simulates a rendezvous collective's local part only (its cost form,
+   kernels/collective.py); the seeds' code also moves data over the inter-chip link and runs signal tasks of
+   their own (peer waits, completes, retires). Each collective op declares both (`OpDef.cross_rank`:
+   dspark_ir/ops/collective.py). With the term on:
+     link:    the R_t bytes the rank sends (`SchedTask.remote_bytes`) take R_t / link bandwidth (dspark_ir/
+              hardware.py, 196 GB/s: nothing fitted). S_t becomes max(S_t, link) when the local part makes the
+              same stores (`link = overlap`: a push, a put) and S_t + link when the publish precedes a local
+              part that does not contain it (`link = before`: the reduce-scatter's publish, then its reduce);
+     signals: each of the task's `signals` signal tasks follows its data as the seed's own task: one hop after
+              the step before it (rule 6's D + H), then its single zero-work block's issue c (rule 7). The
+              consumers wait for the last; f_t moves by signals · (D + H + c) and `TaskRun.gaps` records the
+              signals · (D + H) of it that are gaps, not task spans; alone_t (rule 5) adds
+              signals · (D + c), without the hops. Not modelled: a signal task's core and
+              dispatcher occupancy (one zero-work block each), the skew of a slower peer (the ranks are
+              symmetric here), the order of a publish and its wait inside one task (the chain's length is the
+              same).
 The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto's swimlane shows inside it
 (its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
 its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
@@ -83,13 +99,16 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dspark_ir.hardware import HARDWARE, Hardware
+from lowering.codegen import op_definition
 
 from .costs import DUMMY, KernelCost
+from .roofline import remote_bytes
 
 CALIBRATION = Path(__file__).parent / "calibration" / "result.json"
 CHIP_BLOCK_MODEL = "grid"
 FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles")   # the chip model's free constants
-RULES = {"block_issue": "cores", "early_dispatch": False}           # the chip model's rules the fit ran under
+RULES = {"block_issue": "cores", "early_dispatch": False,            # the chip model's rules the fit ran under
+         "cross_rank": False}
 
 
 def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
@@ -132,6 +151,8 @@ class ScheduleParams:
     dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
     block_issue: str = "cores"     # rule 7: blocks a task issues: cores = min(B, N_kind); grid = B
     early_dispatch: bool = False   # rule 9: consumers of allow-early-resolve producers are staged ahead
+    cross_rank: bool = False       # rule 10: collectives' link transfer and signal tasks
+    link_bytes_per_s: float = HARDWARE.link_bytes_per_s   # rule 10: the inter-chip link
     launch_cycles: float = 0.0     # rule 8: paid once per call
     name: str = "legacy"
 
@@ -186,6 +207,9 @@ class SchedTask:
     op: str = ""
     grid: bool = True            # `blocks` is the task's own SPMD grid (false: a collective without one, rule 2)
     aer: bool = False            # allow early resolve: its consumers may be staged before it finishes (rule 9)
+    remote_bytes: float = 0.0    # bytes it sends over the inter-chip link (rule 10)
+    link: str = "none"           # overlap | before | none: how that transfer composes with its local part (rule 10)
+    signals: int = 0             # signal tasks after its data (rule 10)
 
 
 @dataclass(frozen=True)
@@ -206,6 +230,7 @@ class TaskRun:
     block_cycles: float
     alone: float
     floor_bound: bool = False    # finished at s + span rather than at its last block's end
+    gaps: float = 0.0            # rule 10: the hops before its signal tasks, inside start → finish
 
 
 @dataclass
@@ -257,8 +282,37 @@ class Schedule:
 def sched_tasks(tg) -> list[SchedTask]:
     """SchedTasks of a lowered TaskGraph."""
     return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
-                      tuple(t.deps), t.op, has_grid(t), bool(t.attrs.get("aer")) and not t.is_dummy)
+                      tuple(t.deps), t.op, has_grid(t), bool(t.attrs.get("aer")) and not t.is_dummy,
+                      **cross_rank_fields(t))
             for t in tg.tasks]
+
+
+def cross_rank_fields(task) -> dict:
+    """Rule 10's fields of a lowered task: its op's declared cross-rank steps (`OpDef.cross_rank`) at its TP
+    degree; nothing for a task that meets no peer (not a collective, or TP 1)."""
+    opdef = op_definition(task.op)
+    spec = opdef.cross_rank if opdef is not None and task.collective and not task.is_dummy else None
+    if spec is None or int(task.attrs.get("tp") or 0) == 1:
+        return {}
+    return {"remote_bytes": remote_bytes(task), "link": spec.link, "signals": spec.signals}
+
+
+def signal_tail(task: SchedTask, params: ScheduleParams) -> tuple[float, float]:
+    """Rule 10: (cycles the task's signal tasks add after its data, the hops among them)."""
+    if not params.cross_rank or task.signals <= 0:
+        return 0.0, 0.0
+    hops = task.signals * (params.dispatch_cycles + params.hop_cycles)
+    return hops + task.signals * params.block_dispatch_cycles, hops
+
+
+def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> KernelCost:
+    """Rule 10's link term on the task's cost: its span with the transfer of its remote bytes (unchanged with the
+    term off or nothing sent)."""
+    if not params.cross_rank or task.remote_bytes <= 0 or task.link == "none":
+        return cost
+    link = task.remote_bytes / params.link_bytes_per_s * params.clock_hz
+    span = max(cost.span, link) if task.link == "overlap" else cost.span + link
+    return replace(cost, span=span)
 
 
 def has_grid(task) -> bool:
@@ -295,17 +349,19 @@ def work_block_cycles(task: SchedTask, cost: KernelCost) -> float:
 
 
 def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> float:
-    """alone_t: dispatch plus the task with the whole chip to itself (rule 5)."""
+    """alone_t: dispatch plus the task with the whole chip to itself (rule 5), with rule 10's signal tasks (each
+    D + c; their hops, like every hop, are not in it)."""
     if task.core == "none" or task.blocks <= 0:
         return params.dispatch_cycles
     n = params.cores(task.core)
     waves = math.ceil(task.blocks / n)
     d = block_cycles(task, cost, params)
+    tail = signal_tail(task, params)[0] - task.signals * params.hop_cycles if params.cross_rank else 0.0
     if params.dispatchers <= 0:
-        return params.dispatch_cycles + max(cost.span, waves * d)
+        return params.dispatch_cycles + max(cost.span, waves * d) + tail
     c = params.block_dispatch_cycles
     last_issue = math.ceil(dispatched_blocks(task, params) / params.dispatchers) * c
-    return params.dispatch_cycles + max(c + cost.span, c + waves * d, last_issue + d)
+    return params.dispatch_cycles + max(c + cost.span, c + waves * d, last_issue + d) + tail
 
 
 def dispatched_blocks(task: SchedTask, params: ScheduleParams) -> int:
@@ -325,6 +381,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
     by_id = {t.id: t for t in tasks}
     _check(tasks, by_id, costs, params)
     sched = Schedule(params, tasks, {t.id: costs.get(t.id, DUMMY) for t in tasks})
+    cost = {t.id: chip_cost(t, sched.costs[t.id], params) for t in tasks}     # the kernels' costs under rule 10
     succ: dict[int, list[int]] = {t.id: [] for t in tasks}
     missing = {t.id: len(set(t.deps)) for t in tasks}
     for t in tasks:
@@ -362,8 +419,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
     def make_ready(tid: int, at: float, hop: bool) -> None:
         t = by_id[tid]
         r = at + params.dispatch_cycles + (params.hop_cycles if hop else 0.0)
-        run = TaskRun(tid, r, r, r, block_cycles(t, sched.costs[tid], params),
-                      alone_cycles(t, sched.costs[tid], params))
+        run = TaskRun(tid, r, r, r, block_cycles(t, cost[tid], params), alone_cycles(t, cost[tid], params))
         sched.runs[tid] = run
         if t.core == "none" or t.blocks <= 0:
             push(r, "finish", tid)
@@ -404,8 +460,15 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
         if missing[t.id] == 0:
             make_ready(t.id, 0.0, hop=False)
 
+    signalled: set[int] = set()
+
     def finish(tid: int, at: float) -> None:
         run = sched.runs[tid]
+        tail, run.gaps = signal_tail(by_id[tid], params)
+        if tail > 0 and tid not in signalled:       # rule 10: its signal tasks follow the data
+            signalled.add(tid)
+            push(at + tail, "finish", tid)
+            return
         run.finish = at
         for s in succ[tid]:
             dep_done[s] = max(dep_done.get(s, 0.0), at)
@@ -447,7 +510,7 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
                 running[tid] -= 1
                 if running[tid] == 0 and left[tid] == 0:
                     run = sched.runs[tid]
-                    floor = max(run.start + sched.costs[tid].span, issued.get(tid, 0.0) + run.block_cycles)
+                    floor = max(run.start + cost[tid].span, issued.get(tid, 0.0) + run.block_cycles)
                     if floor > now:
                         run.floor_bound = True
                         push(floor, "finish", tid)

@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early-dispatch", choices=("on", "off"), default=None,
                    help="staging of consumers of allow-early-resolve producers (perf/schedule.py rule 9) instead of "
                         "the model's own (chip: as fitted; legacy: off)")
+    p.add_argument("--cross-rank", choices=("on", "off"), default=None,
+                   help="collectives' link transfer and signal tasks (perf/schedule.py rule 10) instead of the "
+                        "model's own (chip: as fitted; legacy: off)")
     p.add_argument("--pypto-program", action="store_true",
                    help="cross-check: run the default and all-off layers' templated parts as one pypto program each")
     p.add_argument("--stage", default=None, metavar="GLOB,GLOB",
@@ -129,7 +132,7 @@ def command_line(args: argparse.Namespace) -> str:
     if args.model != "chip":
         line.option("--model", args.model)
     line.option("--block-model", args.block_model).option("--block-issue", args.block_issue).option(
-        "--early-dispatch", args.early_dispatch)
+        "--early-dispatch", args.early_dispatch).option("--cross-rank", args.cross_rank)
     return str(line.option("-o", args.output))
 
 
@@ -195,6 +198,8 @@ def _params(args):
         params = replace(params, block_issue=args.block_issue)
     if args.early_dispatch is not None:
         params = replace(params, early_dispatch=args.early_dispatch == "on")
+    if args.cross_rank is not None:
+        params = replace(params, cross_rank=args.cross_rank == "on")
     return params if args.dispatch_cycles is None else replace(params, dispatch_cycles=args.dispatch_cycles)
 
 
@@ -216,7 +221,7 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
     if args.model != "chip":
         line.option("--model", args.model)
     line.option("--block-model", args.block_model).option("--block-issue", args.block_issue).option(
-        "--early-dispatch", args.early_dispatch)
+        "--early-dispatch", args.early_dispatch).option("--cross-rank", args.cross_rank)
     if args.dispatch_cycles is not None:
         line.option("--dispatch-cycles", f"{args.dispatch_cycles:g}")
     report.notes.append(f"Reproduce: `{line.option('-o', args.output)}`")

@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early-dispatch", choices=("on", "off"), default=None,
                    help="rule 9 (staging consumers of allow-early-resolve producers) to fit under (default: the "
                         "result file's, else off)")
+    p.add_argument("--cross-rank", choices=("on", "off"), default=None,
+                   help="rule 10 (collectives' link transfer and signal tasks) to fit under (default: the result "
+                        "file's, else off)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         rules["block_issue"] = args.block_issue
     if args.early_dispatch is not None:
         rules["early_dispatch"] = args.early_dispatch == "on"
+    if args.cross_rank is not None:
+        rules["cross_rank"] = args.cross_rank == "on"
     try:
         tasks, costs = cal.swimlane_graph(facts, source)
         if args.swimlane:

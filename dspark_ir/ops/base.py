@@ -165,6 +165,44 @@ def format_attr_value(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class CrossRank:
+    """How a rendezvous collective crosses ranks, as the seeds' code runs it: what perf's schedule model (rule 10)
+    adds to the collective's local part, which is all that pypto can simulate on one rank.
+
+    `steps`: the seed's tasks of this op in order (named for the reader; the chip swimlane's task names).
+    `link`: how the link transfer of the bytes this rank sends composes with the local part: `overlap` (the local
+    part makes the same stores, the peers' share over the link: the slower of the two), `before` (a publish the
+    local part does not contain precedes it: the two add up) or `none` (nothing leaves the chip).
+    `signals`: the signal tasks (peer waits, completes, retires) the seed runs after the data, each a task of its
+    own. `exchanged`: the argument whose bytes the TP group exchanges, read as `wire` (its own dtype when empty);
+    `whole_group`: it holds the whole group's rows (this rank sends (tp - 1) / tp of it), else this rank's rows
+    only (it sends them to each of the tp - 1 peers)."""
+
+    steps: str
+    link: str = "none"
+    signals: int = 0
+    exchanged: str = "out"
+    whole_group: bool = True
+    wire: str = ""
+
+    def __post_init__(self):
+        if self.link not in ("overlap", "before", "none"):
+            raise ValueError(f"CrossRank.link must be overlap | before | none, got {self.link!r}")
+        if self.signals < 0:
+            raise ValueError(f"CrossRank.signals must be >= 0, got {self.signals}")
+
+    def sent_bytes(self, shape: Sequence[int], dtype_name: str, tp: int) -> float:
+        """Bytes this rank sends over the link, given the exchanged argument's concrete shape and dtype."""
+        if self.link == "none" or tp <= 1:
+            return 0.0
+        n = 1
+        for d in shape:
+            n *= int(d)
+        size = n * dtype(self.wire or dtype_name).itemsize
+        return size * (tp - 1) / tp if self.whole_group else float(size * (tp - 1))
+
+
 class OpDef:
     """Declaration of one op kind. Subclass it and decorate with @register_op."""
 
@@ -188,6 +226,7 @@ class OpDef:
                                                 # (any value is right; a consumer must not read them): numpy
                                                 # (dspark_ir/semantics/<family>.py), called like `reference`,
                                                 # one boolean mask per result; compare only the other entries
+    cross_rank: ClassVar[CrossRank | None] = None  # a rendezvous collective's link transfer and signal tasks
     doc: ClassVar[str] = ""
 
     # ---- shape rule -------------------------------------------------------------------------

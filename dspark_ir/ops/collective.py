@@ -39,6 +39,7 @@ from ..types import DType, TensorType
 from .base import (
     REQUIRED,
     Attr,
+    CrossRank,
     OpDef,
     expect,
     expect_dtype,
@@ -79,6 +80,7 @@ class OGroupA2A(_CollectiveOp):
     operands = ("packed",)
     attrs = {"tp": Attr("int", REQUIRED), "t_pad": Attr("int", 1)}
     reference = numpy_reference("collective", "o_group_a2a")
+    cross_rank = CrossRank("put (this rank's groups into every peer's window) -> o_group_a2a_wait", "overlap", 1)
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -106,6 +108,8 @@ class HcaStreamMergePackPublish(_CollectiveOp):
              "publish_tokens": Attr("int", 4)}
     core = "vector"
     reference = numpy_reference("collective", "hca_stream_merge_pack_publish")
+    cross_rank = CrossRank("hca_stream_merge_pack_publish (its workers' remote stores) -> o_group_a2a_wait",
+                           "overlap", 1)
 
     def infer(self, ins, attrs):
         [packed] = HcaStreamMergePack().infer(ins, {"o_groups": attrs["o_groups"]})
@@ -126,6 +130,7 @@ class CpAllGather(_CollectiveOp):
     operands = ("payload",)
     attrs = {"tp": Attr("int", REQUIRED)}
     reference = numpy_reference("collective", "cp_allgather")
+    cross_rank = CrossRank("push (this rank's rows into every rank's window) -> payload wait", "overlap", 1)
 
     def infer(self, ins, attrs):
         p, tp = ins[0], attrs["tp"]
@@ -145,6 +150,7 @@ class CpOwnRows(_CollectiveOp):
     operands = ("rows",)
     attrs = {"tp": Attr("int", REQUIRED), "fill": Attr("int", -1)}
     reference = numpy_reference("collective", "cp_own_rows")
+    cross_rank = CrossRank("modelling glue: no seed task, nothing crosses the link")
 
     def infer(self, ins, attrs):
         r, tp = ins[0], attrs["tp"]
@@ -164,6 +170,7 @@ class CpTypedAllGather(_CollectiveOp):
     operands = ("values", "scores", "*kv")
     attrs = {"tp": Attr("int", REQUIRED)}
     reference = numpy_reference("collective", "cp_typed_allgather")
+    cross_rank = CrossRank("typed push (the rows' wire bits into every rank's window) -> payload wait", "overlap", 1)
 
     def infer(self, ins, attrs):
         values, kv = check_typed_payload(ins)
@@ -182,6 +189,7 @@ class CpTypedReadback(_CollectiveOp):
     results = ("values", "scores", "kv")
     attrs = {"rows": Attr("dim", REQUIRED), "width": Attr("int", REQUIRED), "kv": Attr("int", 0)}
     reference = numpy_reference("collective", "cp_typed_readback")
+    cross_rank = CrossRank("readback -> readback_wait -> retire", "none", 2)
 
     def infer(self, ins, attrs):
         w, rows = ins[0], attrs["rows"]
@@ -203,6 +211,7 @@ class CpRankRows(_CollectiveOp):
     results = ("out", "out1", "out2")
     attrs = {"tp": Attr("int", REQUIRED)}
     reference = numpy_reference("collective", "cp_rank_rows")
+    cross_rank = CrossRank("modelling glue: no seed task, nothing crosses the link")
 
     def infer(self, ins, attrs):
         tp = attrs["tp"]
@@ -225,6 +234,9 @@ class WindowCopyOut(_CollectiveOp):
     operands = ("window",)
     attrs = {"axis": Attr("int", REQUIRED), "rows": Attr("dim", REQUIRED)}
     reference = numpy_reference("collective", "window_copy_out")
+    # one signal task after the copy: o_group_a2a_complete; the CP all-gather's read-back runs two (read-back wait,
+    # retire), of which the model has the first only (perf/README.md "Limits")
+    cross_rank = CrossRank("copy-out (o_group_a2a_gather / the CP read-back) -> barrier 2 + reset", "none", 1)
 
     def infer(self, ins, attrs):
         w, axis, rows = ins[0], attrs["axis"], attrs["rows"]
@@ -245,6 +257,8 @@ class TpOReduceScatter(_CollectiveOp):
     operands = ("partial",)
     attrs = {"tp": Attr("int", REQUIRED), "out": Attr("dtype", "bf16")}
     reference = numpy_reference("collective", "tp_o_reduce_scatter")
+    cross_rank = CrossRank("publish (the peers' f32 row slices into their windows) -> tp_o_rs_wait -> reduce -> "
+                           "tp_o_rs_complete", "before", 2, exchanged="partial")
 
     def infer(self, ins, attrs):
         p = ins[0]
@@ -271,6 +285,10 @@ class TpODequantReduceScatter(_CollectiveOp):
              "slots": Attr("int", 0)}
     core = "vector"
     reference = numpy_reference("collective", "tp_o_dequant_reduce_scatter")
+    # the local part holds the publish's stores (into a window-shaped tensor) and the reduce; this rank sends its
+    # f32 rows of every peer's T rows: the result's shape in f32 to each of the tp - 1 peers
+    cross_rank = CrossRank("tp_o_b_dequant_publish -> tp_o_rs_wait -> reduce -> tp_o_rs_complete", "overlap", 2,
+                           whole_group=False, wire="f32")
 
     def infer(self, ins, attrs):
         [partial] = OProjBDequant().infer(ins, {"out": "f32"})
