@@ -454,7 +454,8 @@ class CasesReport:
         lines = ["# dspark ab --cases: the case corpus against the estimate", "",
                  f"Cost source: **{self.source}**; schedule model perf/schedule.py `{self.params.name}` "
                  f"({self.params.block_model} blocks, {self.params.block_issue} block issue, early "
-                 f"dispatch {'on' if self.params.early_dispatch else 'off'}, dispatch "
+                 f"dispatch {'on' if self.params.early_dispatch else 'off'}, cross-rank steps "
+                 f"{'on' if self.params.cross_rank else 'off'}, dispatch "
                  f"{self.params.dispatch_cycles:g} cycles/task). "
                  "Δ = (after − before) / before: negative = "
                  f"faster. Verdict: sign right (a published 'unchanged' needs |Δ| ≤ {DELTA_POINTS:g}), |Δ error| ≤ "
@@ -489,7 +490,8 @@ class CasesReport:
         """One row per case (the issue's fields and more); `model` names what predicted it, so two files from
         different schedule models or cost sources are never compared unknowingly."""
         model = {"cost_source": self.source, "schedule": self.params.name, "block_model": self.params.block_model,
-                 "block_issue": self.params.block_issue, "early_dispatch": self.params.early_dispatch}
+                 "block_issue": self.params.block_issue, "early_dispatch": self.params.early_dispatch,
+                 "cross_rank": self.params.cross_rank}
         return [{**r.to_json(), "model": model} for r in self.results]
 
 
