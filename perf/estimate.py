@@ -20,7 +20,15 @@ from lowering.taskgraph import TaskGraph
 
 from .costs import CostSource, KernelCost
 from .roofline import Bound, Floor, Work, chip_bound, floor, task_work
-from .schedule import Schedule, ScheduleParams, alone_cycles, chip_cost, sched_tasks, schedule
+from .schedule import (
+    Schedule,
+    ScheduleParams,
+    alone_cycles,
+    chip_cost,
+    cross_rank_note,
+    sched_tasks,
+    schedule,
+)
 
 
 @dataclass
@@ -152,7 +160,8 @@ def estimate(tg: TaskGraph, source: CostSource, params: ScheduleParams | None = 
         run = sched.runs[t.id]
         alone = (alone_cycles(st, chip_cost(st, c, params), params) - params.dispatch_cycles
                  if st.core != "none" else 0.0)
-        rows.append(KernelRow(t.id, t.name, t.op, st.core, st.blocks, c.source, c.note, hw.us(c.span),
+        note = "; ".join(x for x in (c.note, cross_rank_note(st, params)) if x)
+        rows.append(KernelRow(t.id, t.name, t.op, st.core, st.blocks, c.source, note, hw.us(c.span),
                               hw.us(alone), hw.us(run.start), hw.us(run.finish), b.us(), b.limit, work.bytes,
                               work.cube_flops + work.cube_int8, work.vector_ops, c.pypto_tasks, c.total))
     return LayerEstimate(label or tg.name, sched, rows, total, chip_bound(total, hw), floor(tg, hw), hw)

@@ -305,6 +305,20 @@ def signal_tail(task: SchedTask, params: ScheduleParams) -> tuple[float, float]:
     return hops + task.signals * params.block_dispatch_cycles, hops
 
 
+def cross_rank_note(task: SchedTask, params: ScheduleParams) -> str:
+    """Rule 10's share of a task's time in words ('' when none): its link transfer is a peak-bandwidth estimate,
+    not a simulation, so every table that shows the task says so."""
+    if not params.cross_rank or (task.remote_bytes <= 0 and task.signals <= 0):
+        return ""
+    parts = []
+    if task.remote_bytes > 0 and task.link != "none":
+        us = task.remote_bytes / params.link_bytes_per_s * 1e6
+        parts.append(f"link {task.remote_bytes / 1e6:.2f} MB = {us:.1f} µs at the link's peak ({task.link})")
+    if task.signals > 0:
+        parts.append(f"{task.signals} signal task{'s' if task.signals > 1 else ''}")
+    return "rule 10: " + ", ".join(parts)
+
+
 def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> KernelCost:
     """Rule 10's link term on the task's cost: its span with the transfer of its remote bytes (unchanged with the
     term off or nothing sent)."""

@@ -149,3 +149,17 @@ def test_a_single_rank_layer_has_no_cross_rank_steps():
     g = Case("decode-hca", Shape("flash", 1, 16, 8, ())).build()
     tg = lower_variant(g, Variant("default", "default")).tg
     assert all(t.signals == 0 and t.remote_bytes == 0 for t in sched_tasks(tg))
+
+
+def test_every_table_row_of_a_collective_names_its_link_estimate(hca_tp4):
+    """The link transfer is a peak-bandwidth estimate, not a simulation: the estimate's rows say so."""
+    from perf.costs import DUMMY
+    from perf.estimate import estimate
+
+    costs = {t.id: DUMMY if t.is_dummy else vec(1000) for t in hca_tp4.tasks}
+    rows = {r.name: r for r in estimate(hca_tp4, None, CHIP, costs=costs).rows}
+    assert "rule 10: link 1.97 MB" in rows["cp.hca_allgather"].note and "1 signal task" in rows["cp.hca_allgather"].note
+    assert "2 signal tasks" in rows["o.tp_o_reduce_scatter"].note and "(before)" in rows["o.tp_o_reduce_scatter"].note
+    assert "rule 10" not in rows["hc.hc_post"].note
+    off = {r.name: r for r in estimate(hca_tp4, None, replace(CHIP, cross_rank=False), costs=costs).rows}
+    assert "rule 10" not in off["cp.hca_allgather"].note
