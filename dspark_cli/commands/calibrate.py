@@ -28,14 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only the per-task table vs the swimlane, with the committed constants (no fit)")
     p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
     p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
-                   help="rule 7's issue rule to fit under (default: the result file's, else cores; grid: every "
-                        "logical block; write it elsewhere with -o to compare)")
+                   help="rule 7's issue rule to fit under (default: the result file's, else the committed "
+                        "result's; grid: every logical block; write it elsewhere with -o to compare)")
     p.add_argument("--early-dispatch", choices=("on", "off"), default=None,
                    help="rule 9 (staging consumers of allow-early-resolve producers) to fit under (default: the "
-                        "result file's, else off)")
+                        "result file's, else the committed result's)")
     p.add_argument("--cross-rank", choices=("on", "off"), default=None,
                    help="rule 10 (collectives' link transfer and signal tasks) to fit under (default: the result "
-                        "file's, else off)")
+                        "file's, else the committed result's)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except cal.CalibrationError as e:
         raise UsageError(str(e)) from None
     source = PyptoCosts(cache=args.cost_cache, offline=True)
-    rules = fitted_rules(out)
+    rules = fitted_rules(out if out.is_file() else cal.RESULT)   # a new -o FILE starts from the committed rules
     if args.block_issue is not None:
         rules["block_issue"] = args.block_issue
     if args.early_dispatch is not None:

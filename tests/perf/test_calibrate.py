@@ -296,3 +296,26 @@ def test_corpus_sides_are_facts_of_their_own_group():
     assert [(r.name, r.measured, r.predicted) for r in mine] == [("case-a before", 110.0, pytest.approx(103.0))]
     # the cases group pulls the hop towards 10 µs: the fit moves H off the probes' 3 µs
     assert cal.calibrate(facts, [], {}, rounds=2, cases=[side]).params.hop_cycles > truth.hop_cycles
+
+
+def test_cli_a_new_output_file_fits_under_the_committed_rules_unless_told(tmp_path, monkeypatch, capsys):
+    """`-o FILE` (a scratch fit to compare) starts from the committed result's rules; a rule flag overrides one."""
+    from perf.schedule import fitted_rules
+
+    bases = []
+
+    def stop(facts, tasks, costs, base=None, **_):
+        bases.append(base)
+        raise cal.CalibrationError("stopped by the test")
+
+    monkeypatch.setattr(cal, "calibrate", stop)
+    monkeypatch.setattr(cal, "corpus_sides", lambda *a, **k: [])
+    monkeypatch.setattr(cal, "swimlane_graph", lambda facts, source: ([], {}))
+    committed = fitted_rules(cal.RESULT)
+    assert main(["calibrate", "-o", str(tmp_path / "scratch.json")]) == 2
+    assert main(["calibrate", "-o", str(tmp_path / "scratch.json"), "--cross-rank", "off",
+                 "--early-dispatch", "off"]) == 2
+    assert "stopped by the test" in capsys.readouterr().err
+    assert {k: getattr(bases[0], k) for k in committed} == committed
+    assert (bases[1].cross_rank, bases[1].early_dispatch) == (False, False)
+    assert bases[1].block_issue == committed["block_issue"]
