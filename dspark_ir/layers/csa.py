@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..dims import ceildiv
 from ..graph import Value
 from .builder import GraphBuilder
-from .common import attention_params, attention_prefix, compressor_params, hc_post, o_proj
+from .common import AttnParams, attention_params, attention_prefix, compressor_params, hc_post, o_proj
 from .cp_payload import AUX_WORKERS, CompressorGathers
 
 RMS_PAD_TILE = 16  # seed literal: the compressor finish stages run ceil(B/16) blocks of 16 requests
@@ -227,20 +227,35 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
         ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE,
         tile=[t.BIAS_T_TILE], blocks=1, aer=True, **b.clamp(T, t.BIAS_T_TILE))
-    m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
+    packed = csa_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_idx, bias, order, max_visible=max_visible)
+
+    # 9-13: O path, bridge, hc_post
+    x_out = csa_output(b, p, packed, pre, token_capacity=token_capacity)
+    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
+          idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
+
+
+def csa_attention(b: GraphBuilder, p: AttnParams, q: Value, kv_cache: Value, cmp_kv: Value, cmp_idx: Value,
+                  bias: Value, order: Value, *, max_visible: int) -> Value:
+    """Stages 8c-e of the CSA attention (decode, and prefill's chunk as one request), after the plan: qk_pv over
+    the window and the selected compressed rows (`max_visible` bounds the live blocks), the RoPE rows, the merge
+    with the sink, inverse RoPE and group pack. Returns the packed attention output."""
+    c, t = b.cfg, b.tiles
+    m, l, o = b.op("csa_qk_pv", q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
                    **live_qk_blocks(c.window, c.idx_topk, max_visible, t.ATTN_K_TILE))
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
-    packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
-                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE))
+    return b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
+                o_groups=c.o_groups, tile=[t.H_TILE], blocks=b.T * ceildiv(c.heads, t.H_TILE))
 
-    # 9-13: O path, bridge, hc_post
+
+def csa_output(b: GraphBuilder, p: AttnParams, packed: Value, pre, token_capacity: int | None = None) -> Value:
+    """Stages 9-13: the O path, the output bridge at TP > 1, hc_post. Returns x_out."""
+    t, T = b.tiles, b.T
     attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="csa.csa_o_local_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
-    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
-          idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
+    return hc_post(b, attn_out, p.x_hc, pre)

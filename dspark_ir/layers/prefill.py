@@ -33,12 +33,10 @@ from .common import (
     attn_norm,
     compressor_params,
     cp_gather,
-    hc_post,
     hc_pre,
-    o_proj,
     qkv_proj_rope,
 )
-from .csa import indexer_params, live_qk_blocks
+from .csa import csa_attention, csa_output, indexer_params
 from .hca import hca_attention, hca_output
 from .swa import swa_layer
 
@@ -208,19 +206,8 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
         "csa_slots_build_valid_qk_plan", topk, p.positions, cmp.block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
         ratio=r, seq=chunk, block_size=bs, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE, blocks=1, deps=[cmp_kv])
-    m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
-                   names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
-                   k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
-                   **live_qk_blocks(c.window, c.idx_topk, score_cap, t.ATTN_K_TILE))
-    cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
-                              names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
-    packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
-                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE))
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
-    if b.tp > 1:
-        attn_out = b.op("o_local_bridge", attn_out, name="csa.csa_o_local_bridge", tile=[t.T_TILE],
-                        blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
+    packed = csa_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_idx, bias, order, max_visible=score_cap)
+    x_out = csa_output(b, p, packed, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
           idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
 
