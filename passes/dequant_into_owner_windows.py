@@ -18,11 +18,7 @@ from .infra.rewriting import is_returned, replace_node
 @dataclass(frozen=True)
 class Site:
     dequant: Node       # o_proj_b_dequant: the f32 partial [tp·T, hidden] (removed)
-    scatter: Node       # tp_o_reduce_scatter of that partial (replaced)
-
-    @property
-    def node(self) -> Node:     # the node the pass checks
-        return self.scatter
+    node: Node          # tp_o_reduce_scatter of that partial (the node checked; replaced)
 
 
 @register_pass
@@ -67,7 +63,7 @@ class DequantIntoOwnerWindows(CheckedPass):
         return None
 
     def apply(self, g: Graph, site: Site) -> RewriteRecord:
-        dequant, scatter = site.dequant, site.scatter
+        dequant, scatter = site.dequant, site.node
         deps = list(dict.fromkeys([*dequant.deps, *scatter.deps]))
         attrs = {"tp": scatter.attrs["tp"], "out": scatter.attrs["out"], "workers": self.workers,
                  "blocks": self.workers, "reduce_workers": self.reduce_workers, "slots": self.slots}

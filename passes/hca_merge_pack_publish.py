@@ -18,11 +18,7 @@ from .infra.rewriting import is_returned, replace_node
 @dataclass(frozen=True)
 class Site:
     merge_pack: Node    # hca_stream_merge_pack: the packed heads [G, T, hg·HD] in GM (removed)
-    exchange: Node      # o_group_a2a of them: put + barrier 1 (replaced)
-
-    @property
-    def node(self) -> Node:     # the node the pass checks
-        return self.exchange
+    node: Node          # o_group_a2a of them: put + barrier 1 (the node checked; replaced)
 
 
 @register_pass
@@ -72,7 +68,7 @@ class HcaMergePackPublish(CheckedPass):
         return None
 
     def apply(self, g: Graph, site: Site) -> RewriteRecord:
-        merge_pack, exchange = site.merge_pack, site.exchange
+        merge_pack, exchange = site.merge_pack, site.node
         deps = list(dict.fromkeys([*merge_pack.deps, *exchange.deps]))
         attrs = {"o_groups": merge_pack.attrs["o_groups"], "tp": exchange.attrs["tp"],
                  "t_pad": exchange.attrs["t_pad"], "publish_tokens": self.publish_tokens,
