@@ -125,7 +125,7 @@ def pypto_hc_pre_rms(spec: KernelSpec) -> str:
     chunk = int(tile[1])
     eps = float(spec.attrs.get("eps", 1e-6))
     if k % chunk:
-        return _pypto_hc_pre_rms_rows(spec)
+        return _pypto_hc_pre_rms_rows(spec, int(tile[0]), chunk, eps)
     nc = k // chunk
     src = Src(spec.signature())
     for r, r0 in pto_block_loops(src, x, _pto_rows_per_block(spec, x, _PTO_PRE_RMS_ROWS)):
@@ -155,17 +155,14 @@ def pypto_hc_pre_rms(spec: KernelSpec) -> str:
     return src.text()
 
 
-def _pypto_hc_pre_rms_rows(spec: KernelSpec) -> str:
+def _pypto_hc_pre_rms_rows(spec: KernelSpec, rows: int, chunk: int, eps: float) -> str:
     """The row-block form (K-chunks that do not divide K): per chunk a stream view, squares, row sum."""
     x = spec.operands[0]
     out = spec.results[0]
     _, n, d = x.shape
     k = n * d
-    tile = spec.attrs.get("tile") or (8, k)
-    chunk = int(tile[1])
-    eps = float(spec.attrs.get("eps", 1e-6))
     src = Src(spec.signature())
-    loop = RowLoop(src, x, int(tile[0]))
+    loop = RowLoop(src, x, rows)
     br = loop.shape(x)[0]
     tile2d = vec_tile((br, min(chunk, 2048)), 4)
     with loop.loop():

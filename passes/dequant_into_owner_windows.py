@@ -8,7 +8,8 @@ from dspark_ir.ops.collective import TpODequantReduceScatter, TpOReduceScatter
 from dspark_ir.ops.oproj import OProjBDequant
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
@@ -17,12 +18,12 @@ from .infra.rewriting import is_returned, replace_node
 @dataclass(frozen=True)
 class Site:
     dequant: Node       # o_proj_b_dequant: the f32 partial [tp·T, hidden] (removed)
-    scatter: Node       # tp_o_reduce_scatter of that partial (replaced)
+    node: Node          # tp_o_reduce_scatter of that partial (the node checked; replaced)
 
 
 @register_pass
 @dataclass(frozen=True)
-class DequantIntoOwnerWindows(Pass):
+class DequantIntoOwnerWindows(CheckedPass):
     """Fuse the TP O path's `o_proj_b_dequant` (f32 partial) and `tp_o_reduce_scatter` into one
     `tp_o_dequant_reduce_scatter`: the dequant writes straight into the reduce-scatter owners' windows.
 
@@ -51,22 +52,18 @@ class DequantIntoOwnerWindows(Pass):
     origin = "a later public pypto-lib form (#980 / #998: decode_sharded_o_projection_reduce_scatter)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes", "no-common-subexpressions"})
+    candidates = (TpOReduceScatter,)
     workers: int = option(policy.OWNER_PUBLISH_WORKERS, min=1)
     reduce_workers: int = option(policy.OWNER_REDUCE_WORKERS, min=1)
     slots: int = option(policy.OWNER_PUBLISH_SLOTS, min=0)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is OProjBDequant and node.attrs.get("out") == "bf16":
-                yield Skip(node.name, "TP1 O path: the dequant writes attn_out (bf16), there is no reduce-scatter")
-            elif node.opdef is TpOReduceScatter:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+    def not_a_candidate(self, g: Graph, node: Node) -> str | None:
+        if node.opdef is OProjBDequant and node.attrs.get("out") == "bf16":
+            return "TP1 O path: the dequant writes attn_out (bf16), there is no reduce-scatter"
+        return None
 
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        if not isinstance(self._check(g, site.scatter), Site):
-            return None
-        dequant, scatter = site.dequant, site.scatter
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        dequant, scatter = site.dequant, site.node
         deps = list(dict.fromkeys([*dequant.deps, *scatter.deps]))
         attrs = {"tp": scatter.attrs["tp"], "out": scatter.attrs["out"], "workers": self.workers,
                  "blocks": self.workers, "reduce_workers": self.reduce_workers, "slots": self.slots}
@@ -79,7 +76,7 @@ class DequantIntoOwnerWindows(Pass):
                              f"%{fused.name}: {self.workers} publish workers dequantise into the owners' windows "
                              f"(no f32 partial %{dequant.name}), {self.reduce_workers} reduce workers{slots}")
 
-    def _check(self, g: Graph, scatter: Node) -> Site | str:
+    def check(self, g: Graph, scatter: Node) -> Site | str:
         """The site, or why this reduce-scatter is not one."""
         dequant = scatter.operands[0].producer
         if dequant is None or dequant.opdef is not OProjBDequant:

@@ -7,15 +7,22 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.qkv import QprojDequantRmsNopeRope
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
 
 
+@dataclass(frozen=True)
+class Site:
+    node: Node
+    workers: int        # min(workers, the (8-token, head tile) units)
+
+
 @register_pass
 @dataclass(frozen=True)
-class DequantWorkers(Pass):
+class DequantWorkers(CheckedPass):
     """Run `qproj_dequant_rms_nope_rope` on `workers` cyclic workers instead of one block per head tile.
 
     Before (the seed): spmd H / Q_ROPE_H_TILE = 16 blocks at flash, each block dequantising, normalising and
@@ -33,24 +40,17 @@ class DequantWorkers(Pass):
     origin = "a later public pypto-lib form (qkv_proj_rope Q_DEQUANT_WORKERS)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (QprojDequantRmsNopeRope,)
     workers: int = option(policy.DEQUANT_WORKERS, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is QprojDequantRmsNopeRope:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else node
-
-    def rewrite(self, g: Graph, node: Node) -> RewriteRecord | None:
-        workers = self._check(g, node)
-        if isinstance(workers, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node, workers = site.node, site.workers
         before = node.attrs["blocks"]
         set_attrs(g, node, workers=workers, blocks=workers)
         return RewriteRecord("workers", node.name, f"{before} blocks -> {workers} cyclic workers")
 
-    def _check(self, g: Graph, node: Node) -> int | str:
-        """The worker count for the node, or why it is not a site."""
+    def check(self, g: Graph, node: Node) -> Site | str:
+        """The node with its worker count, or why it is not a site."""
         if self.workers < 2:
             return f"workers = {self.workers}: nothing to spread"
         if "workers" in node.attrs:
@@ -66,4 +66,4 @@ class DequantWorkers(Pass):
         workers = min(self.workers, units)
         if count >= workers:
             return f"already {count} blocks for {units} (token, head) units (workers = {self.workers})"
-        return workers
+        return Site(node, workers)

@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.sparse import HcaStreamMerge, HcaStreamMergePack, HcaStreamPack
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
@@ -22,7 +23,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class FuseMergeRopePack(Pass):
+class FuseMergeRopePack(CheckedPass):
     """Fuse hca_stream_merge → hca_stream_pack into one hca_stream_merge_pack task over `workers` cyclic workers.
 
     Before (dspark-model.md §3.3 8h-8i): the merge (spmd T·H/H_TILE) folds the compressed work-item partials into
@@ -59,23 +60,12 @@ class FuseMergeRopePack(Pass):
     origin = ("seed PR (dspark-model.md §6(c)): hca_stream_merge_pack, MERGE_WORKERS = 48; heads_on_chip: "
               "pypto-lib #1229")
     contract = BITWISE
+    candidates = (HcaStreamMerge,)
     workers: int = option(policy.MERGE_WORKERS, min=1)
     heads_on_chip: bool = True
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is not HcaStreamMerge:
-                continue
-            found = self._pair(g, node)
-            if isinstance(found, str):
-                yield Skip(node.name, found)
-                continue
-            yield found
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         merge, pack = site.node, site.pack
-        if pack.name not in g.nodes or isinstance(self._pair(g, merge), str):
-            return None
         deps = {id(v): v for v in merge.deps + pack.deps if v is not merge.result}
         attrs = {"o_groups": pack.attrs["o_groups"], "tile": [site.head_tile], "blocks": self.workers,
                  "workers": self.workers}
@@ -92,7 +82,7 @@ class FuseMergeRopePack(Pass):
         return RewriteRecord("fuse", merge.name, f"+ %{pack.name} -> %{fused.name}: {self.workers} cyclic workers "
                                                  f"over T·H/{site.head_tile} items{staged}")
 
-    def _pair(self, g: Graph, merge: Node) -> Site | str:
+    def check(self, g: Graph, merge: Node) -> Site | str:
         """The merge's pack partner and head tile, or why the pair cannot be fused."""
         heads = merge.result
         if is_returned(g, merge):

@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.core import RmsNorm
 from dspark_ir.ops.hc import MixX, MixXRmsNorm
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.rewriting import is_returned, replace_node
 
@@ -23,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class FuseMixXRmsNorm(Pass):
+class FuseMixXRmsNorm(CheckedPass):
     """Fuse mix_x → rmsnorm (the attention input norm) into one mix_x_rms_norm task on the norm's token tiles.
 
     Before (the seeds' hc_pre, dspark-model §3.1 1f and 2): mix_x (spmd token_tiles · D / D_SPMD) weights the four
@@ -43,17 +44,10 @@ class FuseMixXRmsNorm(Pass):
     origin = "pypto-lib fa5bf7e (hc_pre.py hc_mix_norm: the swimlane's mix_x_rms_norm task); not a seed PR"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (MixX,)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is MixX:
-                found = self._pair(g, node)
-                yield Skip(node.name, found) if isinstance(found, str) else found
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         mix, norm = site.node, site.norm
-        if norm.name not in g.nodes or isinstance(self._pair(g, mix), str):
-            return None
         deps = {id(v): v for v in mix.deps + norm.deps if v is not mix.result}
         attrs = {"eps": norm.attrs["eps"], **{k: norm.attrs[k] for k in _NORM_ATTRS if k in norm.attrs}}
         fused = g.add_op(MixXRmsNorm.name, [*mix.operands, norm.operands[1]], attrs,
@@ -64,7 +58,7 @@ class FuseMixXRmsNorm(Pass):
         return RewriteRecord("fuse", mix.name, f"+ %{norm.name} -> %{fused.name}: "
                                                f"{attrs.get('blocks', 1)} blocks, x_mixed stays on chip")
 
-    def _pair(self, g: Graph, mix: Node) -> Site | str:
+    def check(self, g: Graph, mix: Node) -> Site | str:
         """The mix_x's norm partner, or why the pair cannot be fused."""
         mixed = mix.result
         if is_returned(g, mix):

@@ -9,7 +9,8 @@ from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.sparse import CsaQkPv, HcaCmpQkPv, HcaRawAttn, HcaRawAttnDirect
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
@@ -24,7 +25,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class HcaAttnDualAiv(Pass):
+class HcaAttnDualAiv(CheckedPass):
     """Re-grid the HCA attention tasks the way pypto-lib #1187 did, and split the compressed softmax over both AIVs.
 
     * `hca_raw_attn`: one block per (token, 16-head tile) → one per (token, `head_tile`-head tile): each query's
@@ -55,29 +56,19 @@ class HcaAttnDualAiv(Pass):
               "QK_PRE_LAUNCH = 2)")
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (HcaRawAttn, HcaRawAttnDirect, HcaCmpQkPv)
+    not_candidates = {QkPv: "SWA's window attention: #1187 changed the HCA attention templates only",
+                      CsaQkPv: "CSA's qk_pv already runs on cyclic workers (#1187 changed HCA only)"}
     head_tile: int = option(policy.HCA_ATTN_HEAD_TILE, min=1)
     aiv_split: int = option(policy.HCA_ATTN_AIV_SPLIT, min=1)
     cmp_workers: int = option(policy.HCA_CMP_WORKERS, min=1)
     lookahead: int = option(policy.HCA_RAW_QK_LOOKAHEAD, min=0)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is QkPv:
-                yield Skip(node.name, "SWA's window attention: #1187 changed the HCA attention templates only")
-            elif node.opdef is CsaQkPv:
-                yield Skip(node.name, "CSA's qk_pv already runs on cyclic workers (#1187 changed HCA only)")
-            elif node.opdef in (HcaRawAttn, HcaRawAttnDirect, HcaCmpQkPv):
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if isinstance(site, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         set_attrs(g, site.node, **site.attrs)
         return RewriteRecord("regrid", site.node.name, site.what)
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         return self._cmp(g, node) if node.opdef is HcaCmpQkPv else self._raw(g, node)
 
     def _raw(self, g: Graph, node: Node) -> Site | str:

@@ -8,12 +8,11 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.sparse import HcaCmpQkPv, HcaRawAttn, HcaRawAttnDirect, HcaRawAttnRequest
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
-
-RAW_OPS = (HcaRawAttn, HcaRawAttnDirect, HcaRawAttnRequest)
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class HcaAttnWorkers(Pass):
+class HcaAttnWorkers(CheckedPass):
     """Re-grid the HCA sparse attention's two mixed tasks the way the code of the chip swimlane ran them.
 
     * raw attention (`hca_raw_attn`, `_direct`, `_request`): one block per (token, 16-head tile), T·H/16 = 512 at
@@ -51,23 +50,15 @@ class HcaAttnWorkers(Pass):
               "hca_cmp_qk_pv per request, CMP_T_TILE = 8)")
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (HcaRawAttn, HcaRawAttnDirect, HcaRawAttnRequest, HcaCmpQkPv)
     raw_workers: int = option(policy.HCA_RAW_WORKERS, min=1)
     cmp_per_request: bool = True
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef in RAW_OPS or node.opdef is HcaCmpQkPv:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if isinstance(site, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         set_attrs(g, site.node, **site.attrs)
         return RewriteRecord("regrid", site.node.name, site.what)
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         if "workers" in node.attrs:
             return f"already on {node.attrs['workers']} cyclic workers"
         blocks = node.attrs.get("blocks")

@@ -9,7 +9,8 @@ from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.sparse import CsaQkPv, HcaCmpWorkGather
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
@@ -25,7 +26,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class HcaCmpGatherPages(Pass):
+class HcaCmpGatherPages(CheckedPass):
     """Run `hca_cmp_work_gather` on blocks of `pages` compressed-cache pages instead of one block per
     (request, work item).
 
@@ -46,22 +47,12 @@ class HcaCmpGatherPages(Pass):
     origin = "pypto-lib #1227 (decode_sparse_attn_hca CMP_GATHER_WORK_TILE: 8 pages per gather block)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (HcaCmpWorkGather,)
+    not_candidates = {QkPv: "SWA attends over the raw window only: no compressed KV to gather",
+                      CsaQkPv: "CSA gathers its compressed rows inside qk_pv (no separate gather task)"}
     pages: int = option(policy.CMP_GATHER_PAGES, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is QkPv:
-                yield Skip(node.name, "SWA attends over the raw window only: no compressed KV to gather")
-            elif node.opdef is CsaQkPv:
-                yield Skip(node.name, "CSA gathers its compressed rows inside qk_pv (no separate gather task)")
-            elif node.opdef is HcaCmpWorkGather:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if isinstance(site, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node = site.node
         before = node.attrs["blocks"].value(g.env)
         set_attrs(g, node, items_per_block=site.per_block, blocks=site.blocks)
@@ -69,7 +60,7 @@ class HcaCmpGatherPages(Pass):
                              f"{before} -> {site.blocks.value(g.env)} blocks ({site.items} work items, "
                              f"{site.per_block} per block)")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         if node.attrs.get("items_per_block", 1) > 1:
             return f"already {node.attrs['items_per_block']} work items per block"
         bs, wr, works = (node.attrs[k] for k in ("block_size", "work_rows", "works"))

@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.sparse import HcaCmpQkPv, HcaCmpWorkGather, HcaStreamMerge, HcaStreamMergePack
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import approx
 from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
@@ -25,7 +26,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class HcaCmpWideKTile(Pass):
+class HcaCmpWideKTile(CheckedPass):
     """Widen HCA's compressed work items from one cache page to a `k_tile`-row tile of several pages.
 
     Before (the seed's TP1 sparse_attn_hca, pypto-lib before #1228: CMP_ATTN_K_TILE = 32 = one page): per request,
@@ -51,20 +52,12 @@ class HcaCmpWideKTile(Pass):
     name = "hca-cmp-wide-k-tile"
     origin = "later pypto-lib form: #1228 (TP1 CMP_ATTN_K_TILE 32 → 128 with per-page masks)"
     contract = approx(rtol=2e-2, atol=2e-2)
+    candidates = (HcaCmpQkPv,)
     k_tile: int = option(0, min=0)
     max_tp: int = option(policy.CMP_MAX_TP, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is HcaCmpQkPv:
-                verdict = self._check(g, node)
-                yield verdict if isinstance(verdict, Site) else Skip(node.name, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node, gather = site.node, site.gather
-        site = self._check(g, node)
-        if not isinstance(site, Site):
-            return None
         before = gather.attrs["works"]
         g_names = [v.name for v in gather.results]
         q_names = [v.name for v in node.results]
@@ -84,7 +77,7 @@ class HcaCmpWideKTile(Pass):
         return RewriteRecord("widen", q_names[0], f"{before} -> {site.works} work items of {site.rows} rows per "
                                                   "request (per-row page masks)")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         tp = int(g.attributes.get("tp", 1))
         if tp > self.max_tp:
             return (f"TP {tp} > max_tp = {self.max_tp}: upstream keeps one-page work items at TP > 1 (more items for "

@@ -8,7 +8,8 @@ from dspark_ir.ops.collective import HcaStreamMergePackPublish, OGroupA2A
 from dspark_ir.ops.sparse import HcaStreamMerge, HcaStreamMergePack
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
@@ -17,12 +18,12 @@ from .infra.rewriting import is_returned, replace_node
 @dataclass(frozen=True)
 class Site:
     merge_pack: Node    # hca_stream_merge_pack: the packed heads [G, T, hg·HD] in GM (removed)
-    exchange: Node      # o_group_a2a of them: put + barrier 1 (replaced)
+    node: Node          # o_group_a2a of them: put + barrier 1 (the node checked; replaced)
 
 
 @register_pass
 @dataclass(frozen=True)
-class HcaMergePackPublish(Pass):
+class HcaMergePackPublish(CheckedPass):
     """Fuse `hca_stream_merge_pack` and the `o_group_a2a` of its packed heads into one
     `hca_stream_merge_pack_publish`: the merge workers put their tiles into the owners' exchange windows.
 
@@ -53,26 +54,21 @@ class HcaMergePackPublish(Pass):
     origin = "pypto-lib #1170 (b) (decode_hca hca_stream_merge_pack_publish, ATTENTION_PUBLISH_T_TILE = 4)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes", "no-common-subexpressions"})
+    candidates = (OGroupA2A,)
     workers: int = option(policy.ATTENTION_PUBLISH_WORKERS, min=1)
     publish_tokens: int = option(policy.ATTENTION_PUBLISH_TOKENS, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is HcaStreamMerge:
-                yield Skip(node.name, "the merge and the pack are separate tasks: fuse-merge-rope-pack makes the "
-                                      "merge-pack this pass publishes from")
-            elif node.opdef is HcaStreamMergePack and not any(u.opdef is OGroupA2A
-                                                              for u in g.users(node.result)):
-                yield Skip(node.name, "no o_group_a2a reads its packed heads (TP1: they feed the local O "
-                                      "projection, there is no exchange window to publish into)")
-            elif node.opdef is OGroupA2A:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
+    def not_a_candidate(self, g: Graph, node: Node) -> str | None:
+        if node.opdef is HcaStreamMerge:
+            return ("the merge and the pack are separate tasks: fuse-merge-rope-pack makes the merge-pack this pass "
+                    "publishes from")
+        if node.opdef is HcaStreamMergePack and not any(u.opdef is OGroupA2A for u in g.users(node.result)):
+            return ("no o_group_a2a reads its packed heads (TP1: they feed the local O projection, there is no "
+                    "exchange window to publish into)")
+        return None
 
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        if not isinstance(self._check(g, site.exchange), Site):
-            return None
-        merge_pack, exchange = site.merge_pack, site.exchange
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        merge_pack, exchange = site.merge_pack, site.node
         deps = list(dict.fromkeys([*merge_pack.deps, *exchange.deps]))
         attrs = {"o_groups": merge_pack.attrs["o_groups"], "tp": exchange.attrs["tp"],
                  "t_pad": exchange.attrs["t_pad"], "publish_tokens": self.publish_tokens,
@@ -87,7 +83,7 @@ class HcaMergePackPublish(Pass):
                              f"%{fused.name}: {self.workers} workers put {self.publish_tokens}-token tiles of "
                              f"%{merge_pack.name} into the owners' windows (no packed tensor in GM)")
 
-    def _check(self, g: Graph, exchange: Node) -> Site | str:
+    def check(self, g: Graph, exchange: Node) -> Site | str:
         """The site, or why this exchange is not one."""
         producer = exchange.operands[0].producer
         if producer is None or producer.opdef is not HcaStreamMergePack:

@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.sparse import CsaQkPv, HcaRawAttn, HcaRawAttnDirect, HcaRawTranspose
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.rewriting import erase_if_dead, is_returned, replace_node
 
@@ -20,7 +21,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class HcaRawKvNoTranspose(Pass):
+class HcaRawKvNoTranspose(CheckedPass):
     """Replace hca_raw_attn(q, rows, hca_raw_transpose(rows), indices) by hca_raw_attn_direct(q, rows, indices).
 
     Before (dspark-model.md §3.3 8b/8e): `hca_raw_transpose` copies every token's gathered window rows
@@ -40,28 +41,19 @@ class HcaRawKvNoTranspose(Pass):
     name = "hca-raw-kv-no-transpose"
     origin = "pypto-lib #1035: load raw KV into the cube buffer, QK on a transposed view; no GM transpose task"
     contract = BITWISE
+    candidates = (HcaRawAttn,)
+    not_candidates = {**{op: f"{op.name} reads its gathered keys directly already (no transposed copy)"
+                         for op in (QkPv, CsaQkPv)},
+                      HcaRawAttnDirect: "already reads the rows directly (no Kᵀ operand)"}
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef in (QkPv, CsaQkPv):
-                yield Skip(node.name, f"{node.op} reads its gathered keys directly already (no transposed copy)")
-            elif node.opdef is HcaRawAttnDirect:
-                yield Skip(node.name, "already reads the rows directly (no Kᵀ operand)")
-            elif node.opdef is HcaRawAttn:
-                found = _site(node)
-                yield Skip(node.name, found) if isinstance(found, str) else found
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node = site.node
-        found = _site(node)
-        if isinstance(found, str):
-            return None
         q, rows, _rows_t, indices = node.operands
         direct = g.add_op(HcaRawAttnDirect.name, [q, rows, indices], dict(node.attrs),
                           names=[g.fresh_name(v.name + "_direct") if i == 0 else g.fresh_name(v.name + ".direct")
                                  for i, v in enumerate(node.results)],
                           deps=node.deps, near=node)
-        transpose = found.transpose
+        transpose = site.transpose
         replace_node(g, node, direct.results)
         gone = erase_if_dead(g, transpose)
         kept = "" if gone else (" (the transpose stays: it is returned)" if is_returned(g, transpose)
@@ -69,15 +61,14 @@ class HcaRawKvNoTranspose(Pass):
         return RewriteRecord("direct", node.name, f"-> %{direct.name} on %{rows.name}; "
                                                   f"%{transpose.name} {'removed' if gone else 'kept'}{kept}")
 
-
-def _site(node: Node) -> Site | str:
-    rows, rows_t = node.operands[1], node.operands[2]
-    producer = rows_t.producer
-    if producer is None or producer.opdef is not HcaRawTranspose:
-        what = "a graph input" if producer is None else f"made by %{producer.name} ({producer.op})"
-        return (f"its Kᵀ operand %{rows_t.name} is {what}, not hca_raw_transpose of its rows: dropping it could "
-                "change the keys")
-    if producer.operands[0] is not rows:
-        return (f"its Kᵀ operand %{rows_t.name} transposes %{producer.operands[0].name}, not its rows "
-                f"%{rows.name}: dropping it could change the keys")
-    return Site(node, producer)
+    def check(self, g: Graph, node: Node) -> Site | str:
+        rows, rows_t = node.operands[1], node.operands[2]
+        producer = rows_t.producer
+        if producer is None or producer.opdef is not HcaRawTranspose:
+            what = "a graph input" if producer is None else f"made by %{producer.name} ({producer.op})"
+            return (f"its Kᵀ operand %{rows_t.name} is {what}, not hca_raw_transpose of its rows: dropping it could "
+                    "change the keys")
+        if producer.operands[0] is not rows:
+            return (f"its Kᵀ operand %{rows_t.name} transposes %{producer.operands[0].name}, not its rows "
+                    f"%{rows.name}: dropping it could change the keys")
+        return Site(node, producer)

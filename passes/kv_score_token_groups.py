@@ -9,7 +9,8 @@ from dspark_ir.ops.attention import QkPv
 from dspark_ir.ops.compressor import CmpKvScoreProj
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
@@ -25,7 +26,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class KvScoreTokenGroups(Pass):
+class KvScoreTokenGroups(CheckedPass):
     """Give every compressor `cmp_kv_score_proj` a grid of (token group, output tile) blocks, `token_tiles` token
     tiles per group, instead of one block per (token tile, output tile).
 
@@ -48,20 +49,11 @@ class KvScoreTokenGroups(Pass):
     origin = "pypto-lib #1155 (decode_compressor_ratio128/ratio4 KV_SCORE_T_GROUP = 2)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (CmpKvScoreProj,)
+    not_candidates = {QkPv: "SWA attends over the raw window only: the layer has no compressor"}
     token_tiles: int = option(policy.KV_SCORE_TOKEN_TILES, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is QkPv:
-                yield Skip(node.name, "SWA attends over the raw window only: the layer has no compressor")
-            elif node.opdef is CmpKvScoreProj:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if isinstance(site, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node = site.node
         before = node.attrs["blocks"].value(g.env)
         set_attrs(g, node, token_tiles=self.token_tiles, blocks=site.blocks)
@@ -69,7 +61,7 @@ class KvScoreTokenGroups(Pass):
                              f"{before} -> {site.blocks.value(g.env)} blocks ({site.tiles} token tiles in "
                              f"{site.groups} groups of {self.token_tiles})")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         if self.token_tiles < 2:
             return f"token_tiles = {self.token_tiles}: nothing to group"
         if node.attrs.get("token_tiles", 1) > 1:

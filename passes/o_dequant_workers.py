@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.oproj import OProjBDequant
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import set_attrs
@@ -23,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class ODequantWorkers(Pass):
+class ODequantWorkers(CheckedPass):
     """Run the TP O path's `tp_o_b_dequant` on `workers` cyclic workers instead of one block per [8, 512] tile.
 
     Before (the seed, decode_o_proj at 634e77bd): `pl.spmd(act_rows·(D/ACT_N_TILE))`, one block per
@@ -45,19 +46,11 @@ class ODequantWorkers(Pass):
     origin = "a later public pypto-lib form (decode_o_proj O_RS_DEQUANT_WORKERS = 12 per owner, ACT_T_TILE = 16)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (OProjBDequant,)
     workers: int = option(policy.O_DEQUANT_WORKERS, min=1)
     rows: int = option(policy.O_DEQUANT_ROWS, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is OProjBDequant:
-                verdict = self._check(g, node)
-                yield Skip(node.name, verdict) if isinstance(verdict, str) else verdict
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if isinstance(site, str):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node = site.node
         n = node.attrs["tile"][1] if node.attrs.get("tile") else node.result.type.shape[1].value(g.env)
         set_attrs(g, node, tile=[self.rows, n], workers=site.workers, blocks=site.workers,
@@ -65,7 +58,7 @@ class ODequantWorkers(Pass):
         return RewriteRecord("workers", node.name, f"{site.workers} cyclic workers over {site.items} tiles of "
                                                    f"[{self.rows}, {n}]{' (last clamped)' if site.ragged else ''}")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         if node.attrs.get("out") == "bf16":
             return "TP1 O path (proj_b_act, bf16 out): upstream keeps one block per token tile there"
         if "workers" in node.attrs:

@@ -7,7 +7,8 @@ from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.oproj import OProjB, OProjBDequant, QuantRows
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import is_returned, replace_node
@@ -23,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class OProjValidRows(Pass):
+class OProjValidRows(CheckedPass):
     """Shrink each O group's padded int8 proj_b (and its quant's zero padding) to the rows that hold tokens.
 
     Before (the seed's decode_o_proj_tp1, pypto-lib before #1226): the TP1 buffers are sized for the compiled token
@@ -47,19 +48,11 @@ class OProjValidRows(Pass):
     name = "o-proj-valid-rows"
     origin = "later pypto-lib form: #1226 (decode_o_proj_tp1 proj_b_mm over ceil(T/128) row blocks)"
     contract = BITWISE
+    candidates = (OProjB,)
     row_tile: int = option(0, min=0)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is OProjB:
-                verdict = self._check(g, node)
-                yield verdict if isinstance(verdict, Site) else Skip(node.name, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node, quant = site.node, site.quant
-        site = self._check(g, node)
-        if not isinstance(site, Site):
-            return None
         x, wo_b = quant.operands[0], node.operands[1]
         names = [v.name for v in quant.results]
         q_attrs = {k: v for k, v in quant.attrs.items() if k != "pad_rows"}
@@ -88,7 +81,7 @@ class OProjValidRows(Pass):
         return RewriteRecord("shrink", b_name, f"{before} -> {after} blocks over the {site.rows} valid rows "
                                                f"(%{names[0]} pads no rows{clamped})")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         x = node.operands[0]
         quant = x.producer
         if quant is None or quant.opdef is not QuantRows or not quant.attrs.get("pad_rows"):

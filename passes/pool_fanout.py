@@ -8,10 +8,11 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.compressor import CmpScatterSoftmaxPool
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, not_one_block, set_attrs
+from .infra.rewriting import not_one_block, set_attrs
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class PoolFanout(Pass):
+class PoolFanout(CheckedPass):
     """Fan the compressor's `scatter_softmax_pool` out from one core group to one SPMD block per `requests`.
 
     Before (the seed): one `pl.at` task walks the B requests one after the other: it scatters each request's
@@ -44,23 +45,17 @@ class PoolFanout(Pass):
     origin = "a later public pypto-lib form (decode_compressor POOL_REQUEST_TILE)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (CmpScatterSoftmaxPool,)
     requests: int = option(policy.POOL_REQUESTS, min=1)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is CmpScatterSoftmaxPool:
-                yield match_or_skip(node, self._check(g, node))
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        node, site = site.node, self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node = site.node
         tail = {"tail": "clamp"} if site.ragged else {}
         set_attrs(g, node, tile=[self.requests], blocks=D.ceildiv(site.batch, self.requests), **tail)
         return RewriteRecord("fanout", node.name, f"{node.attrs['blocks']} blocks of {self.requests} "
                                                   f"request(s){', last clamped' if site.ragged else ''}")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         """The site, or why this pool is not one."""
         if "tile" in node.attrs:
             return f"already {node.attrs['tile'][0]} request(s) per block"

@@ -8,10 +8,11 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.oproj import QuantRows
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, not_one_block, selected, set_attrs
+from .infra.rewriting import not_one_block, selected, set_attrs
 
 GROUP_SUFFIX = re.compile(r"\.g\d+$")     # the layers name one task per local O group: `tp_o_a_quant.g0`
 
@@ -25,7 +26,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class QuantWorkers(Pass):
+class QuantWorkers(CheckedPass):
     """Run each local O group's `tp_o_a_quant` on `workers` cyclic workers instead of one core group.
 
     Before (the seed): `tp_o_a_quant` is a `pl.at` task, one core group quantising all tp·T rows of its
@@ -47,19 +48,13 @@ class QuantWorkers(Pass):
     origin = "a later public pypto-lib form (decode_o_proj O_A_QUANT_WORKERS)"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (QuantRows,)
     workers: int = option(policy.QUANT_WORKERS, min=1)
     rows: int = option(policy.QUANT_ROWS, min=1)
     ops: tuple[str, ...] = policy.QUANT_OPS
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is QuantRows:
-                yield match_or_skip(node, self._check(g, node))
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        node, site = site.node, self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node = site.node
         ragged = {"tail": "clamp"} if site.items * self.rows != node.operands[0].type.shape[0].value(g.env) else {}
         set_attrs(g, node, tile=[self.rows], workers=site.workers, blocks=site.workers, **ragged)
         return RewriteRecord("workers", node.name, f"{site.workers} cyclic workers over {site.items} tiles of "
@@ -69,7 +64,7 @@ class QuantWorkers(Pass):
         stage = GROUP_SUFFIX.sub("", node.name.split(".", 1)[-1])
         return selected(node, self.ops) or stage in self.ops
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         """The site, or why this quant_rows is not one."""
         if self.workers < 1 or self.rows < 1:
             return f"workers = {self.workers} and rows = {self.rows} must both be at least 1"

@@ -8,7 +8,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.attention import SwaGatherKv
 from dspark_ir.ops.sparse import HcaRawAttn, HcaRawAttnDirect, HcaRawAttnRequest, HcaRequestKvGather
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
 from .infra.rewriting import erase_if_dead, replace_node
@@ -23,7 +24,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class RawKvGatherPerRequest(Pass):
+class RawKvGatherPerRequest(CheckedPass):
     """Gather the HCA raw window once per request: swa_gather_kv → hca_raw_attn_direct becomes
     hca_request_kv_gather → hca_raw_attn_request.
 
@@ -50,24 +51,14 @@ class RawKvGatherPerRequest(Pass):
     origin = "pypto-lib #1098 (one raw-KV gather per request) with #1170 (a) (one contiguous W+S-1-row copy)"
     contract = BITWISE
     requires = frozenset({"layer:decode-hca"})
+    candidates = (HcaRawAttnDirect,)
+    not_candidates = {HcaRawAttn: "reads a transposed copy of its rows (Kᵀ operand): run hca-raw-kv-no-transpose "
+                                  "first, the per-request rows have no transposed form",
+                      HcaRawAttnRequest: "already reads per-request rows"}
     contiguous: bool = option(True)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is HcaRawAttn:
-                yield Skip(node.name, "reads a transposed copy of its rows (Kᵀ operand): run hca-raw-kv-no-transpose "
-                                      "first, the per-request rows have no transposed form")
-            elif node.opdef is HcaRawAttnRequest:
-                yield Skip(node.name, "already reads per-request rows")
-            elif node.opdef is HcaRawAttnDirect:
-                found = self._check(g, node)
-                yield Skip(node.name, found) if isinstance(found, str) else found
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        found = self._check(g, site.node)
-        if isinstance(found, str):
-            return None
-        node, gather, seq = found.node, found.gather, found.seq
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node, gather, seq = site.node, site.gather, site.seq
         q, rows, indices = node.operands
         kv_cache = gather.operands[0]
         prefix = f"{node.block}." if node.block else ""
@@ -87,7 +78,7 @@ class RawKvGatherPerRequest(Pass):
                              f"{', one run when consecutive' if self.contiguous else ', row runs'}) -> %{attn.name}; "
                              f"%{gather.name} {'removed' if gone else 'kept (other readers)'}")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         q, rows, indices = node.operands
         gather = rows.producer
         if gather is None or gather.opdef is not SwaGatherKv:

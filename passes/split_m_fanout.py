@@ -8,10 +8,11 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.core import Matmul
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, selected, set_attrs
+from .infra.rewriting import selected, set_attrs
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class SplitMFanout(Pass):
+class SplitMFanout(CheckedPass):
     """Split the M-tile loop of an under-occupied matmul across `ways` times more SPMD blocks (KV_OM).
 
     Before, `kv_proj_matmul` runs (N/n_tile)·k_split blocks (16 at flash) and every block loops over all
@@ -55,21 +56,13 @@ class SplitMFanout(Pass):
     origin = "seed PR (dspark-model.md §6(d)): KV_OM, the kv_proj M-tile fan-out"
     contract = BITWISE
     preserves = frozenset({"canonical", "no-dead-nodes"})
+    candidates = (Matmul,)
     ways: int = option(policy.SPLIT_M_WAYS, min=1)
     cores: int = option(policy.SPLIT_M_CORES, min=1)
     ops: tuple[str, ...] = policy.SPLIT_M_OPS
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef is not Matmul:
-                continue
-            verdict = self._check(g, node)
-            yield match_or_skip(node, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        node, site = site.node, self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node = site.node
         before = node.attrs["blocks"]
         attrs = {"m_split": site.ways, "blocks": D.mul(before, site.ways)}
         if site.ragged:
@@ -79,7 +72,7 @@ class SplitMFanout(Pass):
         return RewriteRecord("split-m", node.name, f"m_split {site.ways}: {before} -> {node.attrs['blocks']} "
                                                    f"blocks, {site.per_block} M tile(s) per block{clamped}")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         """The site, or why this matmul is not one."""
         if self.ops and not selected(node, self.ops):
             return f"not selected by ops=[{','.join(self.ops)}]"

@@ -9,10 +9,11 @@ from dspark_ir.ops.attention import SwaCacheInsertValidBias, SwaCacheWriteback, 
 from dspark_ir.ops.sparse import KvCacheWriteback
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, replace_node, set_deps
+from .infra.rewriting import replace_node, set_deps
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class SplitWritebackBias(Pass):
+class SplitWritebackBias(CheckedPass):
     """Split the fused SWA cache insert + valid bias task into concurrent writeback and bias tasks.
 
     `swa_cache_insert_valid_bias` was one `at` task on one core group: a serial scatter of T kv rows into
@@ -52,20 +53,13 @@ class SplitWritebackBias(Pass):
     name = "split-writeback-bias"
     origin = "seed PR (dspark-model.md §6(e)): the SWA writeback / valid-bias fission"
     contract = BITWISE
+    candidates = (SwaCacheInsertValidBias,)
+    not_candidates = dict.fromkeys((KvCacheWriteback, SwaCacheWriteback),
+                                   "already a separate cache writeback task (no fused valid bias to split)")
     tile_rows: int = option(0, min=0)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if node.opdef in (KvCacheWriteback, SwaCacheWriteback):
-                yield Skip(node.name, "already a separate cache writeback task (no fused valid bias to split)")
-            elif node.opdef is SwaCacheInsertValidBias:
-                verdict = self._check(g, node)
-                yield match_or_skip(node, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        node, site = site.node, self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
+        node = site.node
         kv, cache, slots, lens = node.operands
         core = {"core": node.attrs["core"]} if "core" in node.attrs else {}
         rows = site.rows.value(g.env)
@@ -85,7 +79,7 @@ class SplitWritebackBias(Pass):
                              f"%{writeback.name} ({writeback.attrs['blocks']} blocks of {site.tile} rows"
                              f"{', last clamped' if tail else ''}) || %{bias.name} ({bias.attrs['blocks']} blocks)")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         rows_dim = node.operands[0].type.shape[0]
         rows = rows_dim.value(g.env)
         bias_dim = node.operands[3].type.shape[0]

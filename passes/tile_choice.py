@@ -8,10 +8,11 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.hardware import HARDWARE
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, selected, set_attrs
+from .infra.rewriting import selected, set_attrs
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class TileChoice(Pass):
+class TileChoice(CheckedPass):
     """Raise the M (row) tile of a matmul whose weight is re-streamed once per M tile.
 
     A matmul block loops over its rows M tiles at a time and, for each M tile, streams the weight panel
@@ -57,24 +58,17 @@ class TileChoice(Pass):
     max_m_tile: int = option(policy.TILE_CHOICE_MAX_M, min=1)
     min_gain: float = option(policy.TILE_CHOICE_MIN_GAIN, min=1.0)
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if not selected(node, self.ops):
-                continue
-            verdict = self._check(g, node)
-            yield match_or_skip(node, verdict)
+    def is_candidate(self, node: Node) -> bool:
+        return selected(node, self.ops)
 
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         old = site.node.attrs["tile"]
         set_attrs(g, site.node, tile=(site.tile, *old[1:]))
         return RewriteRecord("retile", site.node.name,
                              f"M tile {old[0]} -> {site.tile}: modelled GM traffic {site.before / 2**20:.1f} -> "
                              f"{site.after / 2**20:.1f} MiB ({site.before / site.after:.1f}x less)")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         tile = node.attrs.get("tile")
         if tile is None or len(tile) != 3:
             return f"no (m, n, k) tile (tile = {list(tile) if tile else None})"

@@ -11,7 +11,8 @@ from dspark_ir.ops.sparse import CsaSlotsBuildValidQkPlan
 from dspark_ir.ops.topk_bypass import IdxTopkSelect
 from dspark_ir.types import TensorType
 
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import exact_indices
 from .infra.rewriting import is_returned, replace_node
 
@@ -32,7 +33,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class TopkBypass(Pass):
+class TopkBypass(CheckedPass):
     """Replace the indexer's score + top-k by bounded indices 0 … visible−1 when visible ≤ IDX_TOPK.
 
     The rewrite (dspark-model.md §6(a)). Per token, visible = min(kv_seq_len // r, (pos+1) // r, score_len)
@@ -78,25 +79,16 @@ class TopkBypass(Pass):
     name = "topk-bypass"
     origin = "seed PR (dspark-model.md §6(a)): the CSA indexer top-k bypass"
     contract = exact_indices(rtol=ROW_MAX, atol=ROW_MAX)
+    candidates = (IdxTopk,)
     mode: Literal["guarded", "static"] = "guarded"
 
-    def match(self, g: Graph):
-        for node in g.ops(IdxTopk.name):
-            verdict = self._check(g, node)
-            if isinstance(verdict, Site):
-                yield verdict
-            else:
-                yield Skip(node.name, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        if not isinstance(self._check(g, site.node), Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         if site.form == "static":
             return _bypass(g, site)
         return _guard(g, site)
 
     # ---- the candidate check ----------------------------------------------------------------------------
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         users = g.users(node.result)
         guards = [u for u in users if u.opdef is IdxTopkSelect]
         if guards:

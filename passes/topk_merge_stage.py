@@ -7,7 +7,8 @@ from dspark_ir.graph import Graph, Node
 from dspark_ir.ops.indexer import IdxTopk, score_prefix, unsorted_prefix
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, Skip, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import EXACT_INDICES
 from .infra.options import option
 from .infra.rewriting import set_attrs
@@ -21,7 +22,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class TopkMergeStage(Pass):
+class TopkMergeStage(CheckedPass):
     """Append the 1024 merge stage to a staged top-k sort whose score prefix exceeds its widest stage.
 
     The prefill indexer sorts each score row in stages (dspark-model.md §6(h)): sort32, then mrgsort with run
@@ -47,17 +48,10 @@ class TopkMergeStage(Pass):
     origin = "seed PR (dspark-model.md §6(h)): the prefill indexer top-k's extra 1024 merge stage"
     contract = EXACT_INDICES
     guarantees = frozenset({"topk-sorts-prefix"})
+    candidates = (IdxTopk,)
     stage: int = option(policy.TOPK_MERGE_STAGE, min=2)
 
-    def match(self, g: Graph):
-        for node in g.ops(IdxTopk.name):
-            verdict = self._check(node)
-            yield verdict if isinstance(verdict, Site) else Skip(node.name, verdict)
-
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         node = site.node
         before = list(node.attrs["sort_stages"])
         set_attrs(g, node, sort_stages=before + list(site.added))
@@ -73,7 +67,7 @@ class TopkMergeStage(Pass):
         full.touch()
         return full
 
-    def _check(self, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         stages = node.attrs.get("sort_stages")
         if stages is None:
             return "no sort_stages: one full sort of the row (decode)"

@@ -8,10 +8,11 @@ from dspark_ir import dims as D
 from dspark_ir.graph import Graph, Node, Value
 
 from .infra import policy
-from .infra.base import Pass, RewriteRecord, register_pass
+from .infra.base import RewriteRecord, register_pass
+from .infra.checked import CheckedPass
 from .infra.contracts import BITWISE
 from .infra.options import option
-from .infra.rewriting import match_or_skip, selected
+from .infra.rewriting import selected
 
 WORK_F32_ROWS = 2   # hidden f32 working rows per tile row (squares, normalised values) in the UB estimate
 
@@ -25,7 +26,7 @@ class Site:
 
 @register_pass
 @dataclass(frozen=True)
-class WidenTile(Pass):
+class WidenTile(CheckedPass):
     """Widen the row tile of a scheduling-bound vector task by `factor` until it holds `min_rows` rows.
 
     `kv_rms_norm_rope` runs ceil(T/KV_RMS_T_TILE) blocks of 8 rows at flash: each block does little
@@ -60,17 +61,10 @@ class WidenTile(Pass):
     max_ub_bytes: int = option(policy.WIDEN_MAX_UB_BYTES, min=1)
     follow: tuple[str, ...] = policy.WIDEN_FOLLOW
 
-    def match(self, g: Graph):
-        for node in g.topo_order():
-            if not selected(node, self.ops):
-                continue
-            verdict = self._check(g, node)
-            yield match_or_skip(node, verdict)
+    def is_candidate(self, node: Node) -> bool:
+        return selected(node, self.ops)
 
-    def rewrite(self, g: Graph, site: Site) -> RewriteRecord | None:
-        site = self._check(g, site.node)
-        if not isinstance(site, Site):
-            return None
+    def apply(self, g: Graph, site: Site) -> RewriteRecord:
         old = site.node.attrs["tile"][0]
         for node in (site.node, *site.followers):
             _retile(g, node, site.tile)
@@ -78,7 +72,7 @@ class WidenTile(Pass):
         return RewriteRecord("widen", site.node.name,
                              f"row tile {old} -> {site.tile}, blocks {site.node.attrs['blocks']}{also}")
 
-    def _check(self, g: Graph, node: Node) -> Site | str:
+    def check(self, g: Graph, node: Node) -> Site | str:
         rows = _row_extent(g, node)
         if isinstance(rows, str):
             return rows

@@ -115,6 +115,42 @@ def attention_params(b: GraphBuilder, prefill: dict[str, int] | None = None) -> 
     )
 
 
+
+@dataclass
+class CompressorParams:
+    """The main compressor's parameters of a compressed-KV layer (cmp_*; names = goldens.inputs keys)."""
+    wkv: Value
+    wgate: Value
+    ape: Value
+    norm_w: Value
+    kv: Value                   # the compressed cache (inout)
+    block_table: Value
+    slot_mapping: Value
+    state: Value                # the ring state of the open windows (inout)
+    state_block_table: Value
+
+
+def compressor_params(b: GraphBuilder, *, ratio: int, overlap: bool, cmp_rows, state_rows, requests, blocks: int,
+                      state_blocks: int) -> CompressorParams:
+    """Declare the main compressor's inputs: an overlapping compressor (CSA's) has 2·HD wide projections and a
+    4·HD state, HCA's HD and 2·HD. `cmp_rows` / `state_rows`: the cache's and the state's rows (bound symbols);
+    the tables have `requests` rows of `blocks` / `state_blocks` pages."""
+    c, HD = b.cfg, b.cfg.head_dim
+    width = (2 if overlap else 1) * HD
+    p = b.param
+    return CompressorParams(
+        wkv=p("cmp_wkv", "bf16", [width, c.hidden]),
+        wgate=p("cmp_wgate", "bf16", [width, c.hidden]),
+        ape=p("cmp_ape", "f32", [ratio, width]),
+        norm_w=p("cmp_norm_w", "bf16", [HD]),
+        kv=p("cmp_kv", "bf16", [cmp_rows, HD], inout=True),
+        block_table=p("cmp_block_table", "i32", [requests, blocks]),
+        slot_mapping=p("cmp_slot_mapping", "i32", [b.T]),
+        state=p("cmp_state", "f32", [state_rows, 2 * width], inout=True),
+        state_block_table=p("cmp_state_block_table", "i32", [requests, state_blocks]),
+    )
+
+
 # ---- §3.1 1a-1f: hc_pre -------------------------------------------------------------------------------------
 def hc_pre(b: GraphBuilder, x_hc: Value, hc_fn: Value, hc_scale: Value, hc_base: Value,
            block: str = "hc") -> HcPre:

@@ -22,9 +22,12 @@ had #915), as they do deterministic-split-k for #982.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..dims import ceildiv
+from ..graph import Value
 from .builder import GraphBuilder
-from .common import attention_params, attention_prefix, hc_post, o_proj
+from .common import AttnParams, attention_params, attention_prefix, compressor_params, hc_post, o_proj
 from .cp_payload import AUX_WORKERS, CompressorGathers
 
 RMS_PAD_TILE = 16  # seed literal: the compressor finish stages run ceil(B/16) blocks of 16 requests
@@ -80,6 +83,49 @@ def request_rope(b: GraphBuilder, block: str, gather_stage: str, interleave_name
     return b.op("rope_interleave", cos, sin, names=[interleave_name, f"{interleave_name}.sin"], blocks=1, aer=True)
 
 
+@dataclass
+class IndexerParams:
+    """The CSA indexer's parameters (idx_*; names = goldens.inputs keys): its query side and head weights, the
+    Hadamard both sides share, and its inner C8 compressor with the int8 cache it writes."""
+    wq_b: Value
+    wq_b_scale: Value
+    weights_proj: Value
+    hadamard: Value
+    cmp_wkv: Value
+    cmp_wgate: Value
+    cmp_ape: Value
+    cmp_norm_w: Value
+    kv_cache: Value             # inout, with kv_scale
+    kv_scale: Value
+    block_table: Value
+    slot_mapping: Value
+    cmp_state: Value            # inout
+    cmp_state_block_table: Value
+
+
+def indexer_params(b: GraphBuilder, *, cmp_rows, state_rows, requests, blocks: int,
+                   state_blocks: int) -> IndexerParams:
+    """Declare the indexer's inputs: its cache and state have the main compressor's rows and tables' shapes."""
+    c, IHD = b.cfg, b.cfg.idx_head_dim
+    p = b.param
+    return IndexerParams(
+        wq_b=p("idx_wq_b", "i8", [c.q_lora, c.idx_heads * IHD]),
+        wq_b_scale=p("idx_wq_b_scale", "f32", [c.idx_heads * IHD]),
+        weights_proj=p("idx_weights_proj", "bf16", [c.hidden, c.idx_heads]),
+        hadamard=p("idx_hadamard", "bf16", [IHD, IHD]),
+        cmp_wkv=p("idx_cmp_wkv", "bf16", [2 * IHD, c.hidden]),
+        cmp_wgate=p("idx_cmp_wgate", "bf16", [2 * IHD, c.hidden]),
+        cmp_ape=p("idx_cmp_ape", "f32", [c.csa_ratio, 2 * IHD]),
+        cmp_norm_w=p("idx_cmp_norm_w", "bf16", [IHD]),
+        kv_cache=p("idx_kv_cache", "i8", [cmp_rows, IHD], inout=True),
+        kv_scale=p("idx_kv_scale", "f32", [cmp_rows], inout=True),
+        block_table=p("idx_block_table", "i32", [requests, blocks]),
+        slot_mapping=p("idx_slot_mapping", "i32", [b.T]),
+        cmp_state=p("idx_cmp_state", "f32", [state_rows, 4 * IHD], inout=True),
+        cmp_state_block_table=p("idx_cmp_state_block_table", "i32", [requests, state_blocks]),
+    )
+
+
 def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity: int | None = None) -> None:
     """max_context: an upper bound on kv_seq_len the caller guarantees (default: the cache capacity). It tightens
     `max_visible` on idx.score / idx.topk (the fact the topk-bypass pass checks; idx.score then reads only the
@@ -94,30 +140,10 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     p = attention_params(b)
     cmp_rows = b.bind("CMP", geo.rows(geo.csa_blocks))
     state_rows = b.bind("STATE", geo.rows(geo.csa_state_blocks))
-    par = b.param
-    cmp_wkv = par("cmp_wkv", "bf16", [2 * HD, c.hidden])
-    cmp_wgate = par("cmp_wgate", "bf16", [2 * HD, c.hidden])
-    cmp_ape = par("cmp_ape", "f32", [r, 2 * HD])
-    cmp_norm_w = par("cmp_norm_w", "bf16", [HD])
-    cmp_kv = par("cmp_kv", "bf16", [cmp_rows, HD], inout=True)
-    cmp_block_table = par("cmp_block_table", "i32", [B, geo.csa_blocks])
-    cmp_slot_mapping = par("cmp_slot_mapping", "i32", [T])
-    cmp_state = par("cmp_state", "f32", [state_rows, 4 * HD], inout=True)
-    cmp_state_block_table = par("cmp_state_block_table", "i32", [B, geo.csa_state_blocks])
-    idx_wq_b = par("idx_wq_b", "i8", [c.q_lora, c.idx_heads * IHD])
-    idx_wq_b_scale = par("idx_wq_b_scale", "f32", [c.idx_heads * IHD])
-    idx_weights_proj = par("idx_weights_proj", "bf16", [c.hidden, c.idx_heads])
-    idx_hadamard = par("idx_hadamard", "bf16", [IHD, IHD])
-    idx_cmp_wkv = par("idx_cmp_wkv", "bf16", [2 * IHD, c.hidden])
-    idx_cmp_wgate = par("idx_cmp_wgate", "bf16", [2 * IHD, c.hidden])
-    idx_cmp_ape = par("idx_cmp_ape", "f32", [r, 2 * IHD])
-    idx_cmp_norm_w = par("idx_cmp_norm_w", "bf16", [IHD])
-    idx_kv_cache = par("idx_kv_cache", "i8", [cmp_rows, IHD], inout=True)
-    idx_kv_scale = par("idx_kv_scale", "f32", [cmp_rows], inout=True)
-    idx_block_table = par("idx_block_table", "i32", [B, geo.csa_blocks])
-    idx_slot_mapping = par("idx_slot_mapping", "i32", [T])
-    idx_cmp_state = par("idx_cmp_state", "f32", [state_rows, 4 * IHD], inout=True)
-    idx_cmp_state_block_table = par("idx_cmp_state_block_table", "i32", [B, geo.csa_state_blocks])
+    cmp = compressor_params(b, ratio=r, overlap=True, cmp_rows=cmp_rows, state_rows=state_rows, requests=B,
+                            blocks=geo.csa_blocks, state_blocks=geo.csa_state_blocks)
+    idx = indexer_params(b, cmp_rows=cmp_rows, state_rows=state_rows, requests=B, blocks=geo.csa_blocks,
+                         state_blocks=geo.csa_state_blocks)
 
     pre, x_normed, late, qkv = attention_prefix(b, p)
 
@@ -136,20 +162,20 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
 
     # 6: main ratio-4 compressor
     fin = finish_tiles(b)
-    cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
-                                   cmp_state_block_table, p.positions, ratio=r, head_dim=HD, overlap=True,
+    cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp.wkv, cmp.wgate, cmp.ape, cmp.state,
+                                   cmp.state_block_table, p.positions, ratio=r, head_dim=HD, overlap=True,
                                    out_tile=t.CMP_OUT_TILE, payload=cp.payload("cp.csa_main_allgather"))
-    cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
+    cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp.norm_w, ent_cos, ent_sin, cmp.kv, cmp.slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=r, seq=c.seq, eps=c.rms_eps,
                   **fin)
 
     # 7a-f: indexer query side (reuses qr / qr_scale of qkv_proj_rope)
     n_idx = c.idx_heads * IHD
     rows_idx = ceildiv(T, t.MM_ROW_TILE)
-    acc = b.op("matmul", qkv.qr, idx_wq_b, name="idx.idx_qr_proj_matmul", out="i32",
+    acc = b.op("matmul", qkv.qr, idx.wq_b, name="idx.idx_qr_proj_matmul", out="i32",
                tile=[t.MM_ROW_TILE, t.Q_OUT_TILE, c.q_lora], blocks=rows_idx * (n_idx // t.Q_OUT_TILE), aer=True,
                **b.clamp(T, t.MM_ROW_TILE))
-    q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx_wq_b_scale, name="idx.idx_qr_proj_dequant",
+    q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx.wq_b_scale, name="idx.idx_qr_proj_dequant",
                  heads=c.idx_heads, tile=[t.DEQUANT_T_TILE, t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE, aer=True,
                  **b.clamp(T, t.DEQUANT_T_TILE))
     swap = b.op("rope_swap_idx", name="idx.qr_rope_swap_idx", rope_dim=c.rope_dim, blocks=1, aer=True)
@@ -157,30 +183,30 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     q_idx = b.op("idx_qr_rope", q_idx, step_cos, step_sin, swap, name="idx.qr_rope", seq=c.seq,
                  tile=[t.ROPE_ROW_TILE], blocks=ceildiv(head_rows, t.ROPE_ROW_TILE), aer=True,
                  **b.clamp(head_rows, t.ROPE_ROW_TILE))
-    q_had = b.op("idx_hadamard_matmul", q_idx, idx_hadamard, name="idx.qr_hadamard_matmul", tile=[t.QH_MM_TILE],
+    q_had = b.op("idx_hadamard_matmul", q_idx, idx.hadamard, name="idx.qr_hadamard_matmul", tile=[t.QH_MM_TILE],
                  blocks=ceildiv(head_rows, t.QH_MM_TILE), aer=True, **b.clamp(head_rows, t.QH_MM_TILE))
     q_i8, q_scale = b.op("idx_q_quant", q_had, names=["idx.qr_hadamard_quant", "idx.qr_hadamard_quant.scale"],
                          tile=[t.QH_QUANT_TILE], blocks=ceildiv(head_rows, t.QH_QUANT_TILE), aer=True,
                          **b.clamp(head_rows, t.QH_QUANT_TILE))
 
     # 7g-h: head weights, K-split partials + ascending reduce
-    partials = b.op("idx_weights_proj", x_normed, idx_weights_proj, name="idx.weights_proj", k_split=t.WEIGHTS_OK,
+    partials = b.op("idx_weights_proj", x_normed, idx.weights_proj, name="idx.weights_proj", k_split=t.WEIGHTS_OK,
                     tile=[t.MM_ROW_TILE, c.hidden // t.WEIGHTS_OK], blocks=rows_idx * t.WEIGHTS_OK, deps=[late],
                     **b.clamp(T, t.MM_ROW_TILE))
     weights = b.op("idx_weights_reduce", partials, name="idx.weights_proj_reduce", scale=c.index_weights_scale,
                    tile=[t.MM_ROW_TILE], blocks=rows_idx, **b.clamp(T, t.MM_ROW_TILE))
 
     # 7i: inner C8 compressor → idx_kv_cache / idx_kv_scale
-    idx_cmp_state, ipooled = compressor(b, "icmp", x_normed, late, idx_cmp_wkv, idx_cmp_wgate, idx_cmp_ape,
-                                        idx_cmp_state, idx_cmp_state_block_table, p.positions, ratio=r,
+    idx_cmp_state, ipooled = compressor(b, "icmp", x_normed, late, idx.cmp_wkv, idx.cmp_wgate, idx.cmp_ape,
+                                        idx.cmp_state, idx.cmp_state_block_table, p.positions, ratio=r,
                                         head_dim=IHD, overlap=True, out_tile=max(1, t.CMP_OUT_TILE // 2), pool_aer=True,
                                         payload=cp.payload("cp.csa_aux_allgather", kv=qkv.kv, workers=AUX_WORKERS))
     if kv_cache is None:
         kv_cache = cache_writeback(cp.kv)
-    y = b.op("cmp_rmsnorm_rope", ipooled, idx_cmp_norm_w, ent_cos, ent_sin, name="icmp.rmsnorm_rope",
+    y = b.op("cmp_rmsnorm_rope", ipooled, idx.cmp_norm_w, ent_cos, ent_sin, name="icmp.rmsnorm_rope",
              eps=c.rms_eps, **fin)
-    k = b.op("cmp_kv_hadamard", y, idx_hadamard, name="icmp.kv_hadamard", **fin)
-    idx_kv_cache, idx_kv_scale = b.op("idx_kv_cache_write", k, idx_kv_cache, idx_kv_scale, idx_slot_mapping,
+    k = b.op("cmp_kv_hadamard", y, idx.hadamard, name="icmp.kv_hadamard", **fin)
+    idx_kv_cache, idx_kv_scale = b.op("idx_kv_cache_write", k, idx.kv_cache, idx.kv_scale, idx.slot_mapping,
                                       p.positions, names=["icmp.kv_and_cache_write",
                                                           "icmp.kv_and_cache_write.scale"],
                                       ratio=r, seq=c.seq, **fin)
@@ -188,7 +214,7 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     # 7j-k: score and top-k
     max_visible = max_visible_entries(b, r, geo.csa_blocks, max_context)
     vis = dict(ratio=r, seq=c.seq, score_len=c.score_len, max_visible=max_visible)
-    score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx_block_table, p.positions,
+    score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx.block_table, p.positions,
                  p.kv_seq_len, name="idx.score", block_size=c.block_size,
                  tile=[1, c.score_len // t.REDUCE_NSPLIT], blocks=T * t.REDUCE_NSPLIT, aer=True, **vis)
     topk = b.op("idx_topk", score, p.positions, p.kv_seq_len, name="idx.topk", k=c.idx_topk, tile=[1], blocks=T,
@@ -197,24 +223,39 @@ def build_csa(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     # 8a-e: sparse attention over window + masked top-k
     kv_cache = b.op("kv_touch", kv_cache, name="csa.kv_touch", blocks=1)
     cmp_idx, _mask, bias, order = b.op(
-        "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
+        "csa_slots_build_valid_qk_plan", topk, p.positions, cmp.block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
         ratio=r, seq=c.seq, block_size=c.block_size, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE,
         tile=[t.BIAS_T_TILE], blocks=1, aer=True, **b.clamp(T, t.BIAS_T_TILE))
-    m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
+    packed = csa_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_idx, bias, order, max_visible=max_visible)
+
+    # 9-13: O path, bridge, hc_post
+    x_out = csa_output(b, p, packed, pre, token_capacity=token_capacity)
+    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
+          idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
+
+
+def csa_attention(b: GraphBuilder, p: AttnParams, q: Value, kv_cache: Value, cmp_kv: Value, cmp_idx: Value,
+                  bias: Value, order: Value, *, max_visible: int) -> Value:
+    """Stages 8c-e of the CSA attention (decode, and prefill's chunk as one request), after the plan: qk_pv over
+    the window and the selected compressed rows (`max_visible` bounds the live blocks), the RoPE rows, the merge
+    with the sink, inverse RoPE and group pack. Returns the packed attention output."""
+    c, t = b.cfg, b.tiles
+    m, l, o = b.op("csa_qk_pv", q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
                    names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
                    k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
                    **live_qk_blocks(c.window, c.idx_topk, max_visible, t.ATTN_K_TILE))
     cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
                               names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
-    packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
-                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE))
+    return b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
+                o_groups=c.o_groups, tile=[t.H_TILE], blocks=b.T * ceildiv(c.heads, t.H_TILE))
 
-    # 9-13: O path, bridge, hc_post
+
+def csa_output(b: GraphBuilder, p: AttnParams, packed: Value, pre, token_capacity: int | None = None) -> Value:
+    """Stages 9-13: the O path, the output bridge at TP > 1, hc_post. Returns x_out."""
+    t, T = b.tiles, b.T
     attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale, token_capacity=token_capacity)
     if b.tp > 1:
         attn_out = b.op("o_local_bridge", attn_out, name="csa.csa_o_local_bridge", tile=[t.T_TILE],
                         blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
-    b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
-          idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
+    return hc_post(b, attn_out, p.x_hc, pre)

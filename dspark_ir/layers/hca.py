@@ -23,7 +23,7 @@ from ..dims import ceildiv
 from ..errors import ConfigError
 from ..graph import Value
 from .builder import GraphBuilder
-from .common import AttnParams, attention_params, attention_prefix, hc_post, o_proj
+from .common import AttnParams, attention_params, attention_prefix, compressor_params, hc_post, o_proj
 from .cp_payload import HCA_WIRE_WORKERS, CompressorGathers
 from .csa import compressor, finish_tiles, max_visible_entries, request_rope
 
@@ -44,16 +44,8 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
     p = attention_params(b)
     cmp_rows = b.bind("CMP", geo.rows(geo.hca_blocks))
     state_rows = b.bind("STATE", geo.rows(geo.hca_state_blocks))
-    par = b.param
-    cmp_wkv = par("cmp_wkv", "bf16", [HD, c.hidden])
-    cmp_wgate = par("cmp_wgate", "bf16", [HD, c.hidden])
-    cmp_ape = par("cmp_ape", "f32", [R, HD])
-    cmp_norm_w = par("cmp_norm_w", "bf16", [HD])
-    cmp_kv = par("cmp_kv", "bf16", [cmp_rows, HD], inout=True)
-    cmp_block_table = par("cmp_block_table", "i32", [B, geo.hca_blocks])
-    cmp_slot_mapping = par("cmp_slot_mapping", "i32", [T])
-    cmp_state = par("cmp_state", "f32", [state_rows, 2 * HD], inout=True)
-    cmp_state_block_table = par("cmp_state_block_table", "i32", [B, geo.hca_state_blocks])
+    cmp = compressor_params(b, ratio=R, overlap=False, cmp_rows=cmp_rows, state_rows=state_rows, requests=B,
+                            blocks=geo.hca_blocks, state_blocks=geo.hca_state_blocks)
 
     pre, x_normed, late, qkv = attention_prefix(b, p)
 
@@ -68,13 +60,13 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
                     tile=[t.T_TILE], blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
     cp = CompressorGathers(b)      # the seed base's CP all-gather of the compressor payload (TP > 1)
     kv_cache = cache_writeback(qkv.kv) if b.tp == 1 else None
-    cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
-                                   cmp_state_block_table, p.positions, ratio=R, head_dim=HD, overlap=False,
+    cmp_state, pooled = compressor(b, "cmp", x_normed, late, cmp.wkv, cmp.wgate, cmp.ape, cmp.state,
+                                   cmp.state_block_table, p.positions, ratio=R, head_dim=HD, overlap=False,
                                    out_tile=t.CMP_OUT_TILE,
                                    payload=cp.payload("cp.hca_allgather", kv=qkv.kv, wire_workers=HCA_WIRE_WORKERS))
     if kv_cache is None:
         kv_cache = cache_writeback(cp.kv)
-    cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp_norm_w, ent_cos, ent_sin, cmp_kv, cmp_slot_mapping,
+    cmp_kv = b.op("cmp_rmsnorm_rope_cache_write", pooled, cmp.norm_w, ent_cos, ent_sin, cmp.kv, cmp.slot_mapping,
                   p.positions, name="cmp.rmsnorm_rope_cache_write", ratio=R, seq=c.seq, eps=c.rms_eps,
                   **finish_tiles(b))   # ratio 128: not marked early-resolve upstream (ratio 4's is, #915)
     ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
@@ -85,7 +77,7 @@ def build_hca(b: GraphBuilder, *, max_context: int | None = None, token_capacity
         raise ConfigError(f"cmp_pages_per_work: must be ≥ 1, got {pages}")
     work_rows = pages * c.block_size
     works = max(1, -(-max_visible_entries(b, R, geo.hca_blocks, max_context) // work_rows))
-    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_block_table, ready, work_rows=work_rows, works=works,
+    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp.block_table, ready, work_rows=work_rows, works=works,
                            gather_blocks=B * works, seq=c.seq, max_rows=c.max_pos // R)
     x_out = hca_output(b, p, packed, pre, token_capacity=token_capacity)
     b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)

@@ -31,13 +31,12 @@ from .common import (
     attention_params,
     attention_prefix,
     attn_norm,
+    compressor_params,
     cp_gather,
-    hc_post,
     hc_pre,
-    o_proj,
     qkv_proj_rope,
 )
-from .csa import live_qk_blocks
+from .csa import csa_attention, csa_output, indexer_params
 from .hca import hca_attention, hca_output
 from .swa import swa_layer
 
@@ -67,25 +66,18 @@ def build_prefill_hca(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     """chunk: tokens per rank; start: the chunk's first position."""
     geo = prefill_setup(b, "prefill_hca", chunk, start)
     c, t = b.cfg, b.tiles
-    T, HD, R, bs = b.T, c.head_dim, c.hca_ratio, c.block_size
+    HD, R, bs = c.head_dim, c.hca_ratio, c.block_size
     p = attention_params(b, geo)
-    par = b.param
-    cmp_wkv = par("cmp_wkv", "bf16", [HD, c.hidden])
-    cmp_wgate = par("cmp_wgate", "bf16", [HD, c.hidden])
-    cmp_ape = par("cmp_ape", "f32", [R, HD])
-    cmp_norm_w = par("cmp_norm_w", "bf16", [HD])
-    cmp_kv = par("cmp_kv", "bf16", [b.bind("CMP", (geo["cmp_blocks"] + 1) * bs), HD], inout=True)
-    cmp_block_table = par("cmp_block_table", "i32", [1, geo["cmp_blocks"]])
-    cmp_slot_mapping = par("cmp_slot_mapping", "i32", [T])
-    cmp_state = par("cmp_state", "f32", [b.bind("STATE", geo["state_blocks"] * bs), 2 * HD], inout=True)
-    cmp_state_block_table = par("cmp_state_block_table", "i32", [1, geo["state_blocks"]])
+    cmp = compressor_params(b, ratio=R, overlap=False, cmp_rows=b.bind("CMP", (geo["cmp_blocks"] + 1) * bs),
+                            state_rows=b.bind("STATE", geo["state_blocks"] * bs), requests=1,
+                            blocks=geo["cmp_blocks"], state_blocks=geo["state_blocks"])
 
-    pre, late, qkv, group = _prefix(b, p, cmp_slot_mapping)
+    pre, late, qkv, group = _prefix(b, p, cmp.slot_mapping)
     kv_cache = b.op("kv_cache_writeback", qkv.kv, p.kv_cache, group.slots, name="hca.hca_cache_writeback",
                     tile=[t.T_TILE], blocks=ceildiv(group.rows, t.T_TILE), **b.clamp(group.rows, t.T_TILE))
-    cmp_state, pooled = _prefill_pool(b, "cmp", group, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
-                                      cmp_state_block_table, head_dim=HD, overlap=False, out_tile=t.CMP_OUT_TILE)
-    cmp_kv = b.op("prefill_cmp_finish_write", pooled, cmp_norm_w, p.rope_cos, p.rope_sin, cmp_kv,
+    cmp_state, pooled = _prefill_pool(b, "cmp", group, late, cmp.wkv, cmp.wgate, cmp.ape, cmp.state,
+                                      cmp.state_block_table, head_dim=HD, overlap=False, out_tile=t.CMP_OUT_TILE)
+    cmp_kv = b.op("prefill_cmp_finish_write", pooled, cmp.norm_w, p.rope_cos, p.rope_sin, cmp.kv,
                   group.cmp_slots, group.positions, name="cmp.prefill_finish_write", ratio=R, eps=c.rms_eps,
                   blocks=1)
     ready = b.op("join", name="hca.cache_ready_dep", deps=[kv_cache, cmp_kv])
@@ -94,7 +86,7 @@ def build_prefill_hca(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     work_rows = t.CMP_PAGES_PER_WORK * bs
     entries = (start + b.tp * chunk) // R
     works = max(1, -(-entries // work_rows))
-    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_block_table, ready, work_rows=work_rows, works=works,
+    packed = hca_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp.block_table, ready, work_rows=work_rows, works=works,
                            gather_blocks=works, seq=chunk, max_rows=max(1, entries))
     x_out = hca_output(b, p, packed, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state)
@@ -142,66 +134,46 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     c, t = b.cfg, b.tiles
     T, HD, IHD, r, bs = b.T, c.head_dim, c.idx_head_dim, c.csa_ratio, c.block_size
     p = attention_params(b, geo)
-    par = b.param
     cmp_rows = b.bind("CMP", (geo["cmp_blocks"] + 1) * bs)
     state_rows = b.bind("STATE", geo["state_blocks"] * bs)
-    cmp_wkv = par("cmp_wkv", "bf16", [2 * HD, c.hidden])
-    cmp_wgate = par("cmp_wgate", "bf16", [2 * HD, c.hidden])
-    cmp_ape = par("cmp_ape", "f32", [r, 2 * HD])
-    cmp_norm_w = par("cmp_norm_w", "bf16", [HD])
-    cmp_kv = par("cmp_kv", "bf16", [cmp_rows, HD], inout=True)
-    cmp_block_table = par("cmp_block_table", "i32", [1, geo["cmp_blocks"]])
-    cmp_slot_mapping = par("cmp_slot_mapping", "i32", [T])
-    cmp_state = par("cmp_state", "f32", [state_rows, 4 * HD], inout=True)
-    cmp_state_block_table = par("cmp_state_block_table", "i32", [1, geo["state_blocks"]])
-    idx_wq_b = par("idx_wq_b", "i8", [c.q_lora, c.idx_heads * IHD])
-    idx_wq_b_scale = par("idx_wq_b_scale", "f32", [c.idx_heads * IHD])
-    idx_weights_proj = par("idx_weights_proj", "bf16", [c.hidden, c.idx_heads])
-    idx_hadamard = par("idx_hadamard", "bf16", [IHD, IHD])
-    idx_cmp_wkv = par("idx_cmp_wkv", "bf16", [2 * IHD, c.hidden])
-    idx_cmp_wgate = par("idx_cmp_wgate", "bf16", [2 * IHD, c.hidden])
-    idx_cmp_ape = par("idx_cmp_ape", "f32", [r, 2 * IHD])
-    idx_cmp_norm_w = par("idx_cmp_norm_w", "bf16", [IHD])
-    idx_kv_cache = par("idx_kv_cache", "i8", [cmp_rows, IHD], inout=True)
-    idx_kv_scale = par("idx_kv_scale", "f32", [cmp_rows], inout=True)
-    idx_block_table = par("idx_block_table", "i32", [1, geo["cmp_blocks"]])
-    idx_slot_mapping = par("idx_slot_mapping", "i32", [T])
-    idx_cmp_state = par("idx_cmp_state", "f32", [state_rows, 4 * IHD], inout=True)
-    idx_cmp_state_block_table = par("idx_cmp_state_block_table", "i32", [1, geo["state_blocks"]])
+    cmp = compressor_params(b, ratio=r, overlap=True, cmp_rows=cmp_rows, state_rows=state_rows, requests=1,
+                            blocks=geo["cmp_blocks"], state_blocks=geo["state_blocks"])
+    idx = indexer_params(b, cmp_rows=cmp_rows, state_rows=state_rows, requests=1, blocks=geo["cmp_blocks"],
+                         state_blocks=geo["state_blocks"])
 
-    pre, late, qkv, group = _prefix(b, p, cmp_slot_mapping, idx_slot_mapping)
+    pre, late, qkv, group = _prefix(b, p, cmp.slot_mapping, idx.slot_mapping)
     kv_cache = b.op("kv_cache_writeback", qkv.kv, p.kv_cache, group.slots, name="csa.csa_cache_writeback",
                     tile=[t.T_TILE], blocks=ceildiv(group.rows, t.T_TILE), **b.clamp(group.rows, t.T_TILE))
     # main ratio-4 compressor: every boundary of the group's chunk
-    cmp_state, pooled = _prefill_pool(b, "cmp", group, late, cmp_wkv, cmp_wgate, cmp_ape, cmp_state,
-                                      cmp_state_block_table, head_dim=HD, overlap=True, out_tile=t.CMP_OUT_TILE)
-    cmp_kv = b.op("prefill_cmp_finish_write", pooled, cmp_norm_w, p.rope_cos, p.rope_sin, cmp_kv,
+    cmp_state, pooled = _prefill_pool(b, "cmp", group, late, cmp.wkv, cmp.wgate, cmp.ape, cmp.state,
+                                      cmp.state_block_table, head_dim=HD, overlap=True, out_tile=t.CMP_OUT_TILE)
+    cmp_kv = b.op("prefill_cmp_finish_write", pooled, cmp.norm_w, p.rope_cos, p.rope_sin, cmp.kv,
                   group.cmp_slots, group.positions, name="cmp.prefill_finish_write", ratio=r, eps=c.rms_eps,
                   blocks=1)
     # indexer inner C8 compressor: every boundary → rmsnorm + RoPE at the entry (one-token rows, seq 1) → Hadamard
     # → int8 cache rows
-    idx_cmp_state, ipooled = _prefill_pool(b, "icmp", group, late, idx_cmp_wkv, idx_cmp_wgate, idx_cmp_ape,
-                                           idx_cmp_state, idx_cmp_state_block_table, head_dim=IHD, overlap=True,
+    idx_cmp_state, ipooled = _prefill_pool(b, "icmp", group, late, idx.cmp_wkv, idx.cmp_wgate, idx.cmp_ape,
+                                           idx.cmp_state, idx.cmp_state_block_table, head_dim=IHD, overlap=True,
                                            out_tile=max(1, t.CMP_OUT_TILE // 2))
     ent_cos, ent_sin = b.op("rope_gather_rows", p.rope_cos, p.rope_sin, group.positions,
                             names=["icmp.entry_rope_rows", "icmp.entry_rope_rows.sin"], at="boundary", seq=1,
                             ratio=r, batch=group.rows, blocks=1)
     ent_cos, ent_sin = b.op("rope_interleave", ent_cos, ent_sin,
                             names=["icmp.rope_interleave", "icmp.rope_interleave.sin"], blocks=1)
-    y = b.op("cmp_rmsnorm_rope", ipooled, idx_cmp_norm_w, ent_cos, ent_sin, name="icmp.rmsnorm_rope",
+    y = b.op("cmp_rmsnorm_rope", ipooled, idx.cmp_norm_w, ent_cos, ent_sin, name="icmp.rmsnorm_rope",
              eps=c.rms_eps, blocks=1)
-    k = b.op("cmp_kv_hadamard", y, idx_hadamard, name="icmp.kv_hadamard", blocks=1)
-    idx_kv_cache, idx_kv_scale = b.op("idx_kv_cache_write", k, idx_kv_cache, idx_kv_scale, group.idx_slots,
+    k = b.op("cmp_kv_hadamard", y, idx.hadamard, name="icmp.kv_hadamard", blocks=1)
+    idx_kv_cache, idx_kv_scale = b.op("idx_kv_cache_write", k, idx.kv_cache, idx.kv_scale, group.idx_slots,
                                       group.positions, names=["icmp.kv_and_cache_write",
                                                               "icmp.kv_and_cache_write.scale"],
                                       ratio=r, seq=1, blocks=1)
     # indexer query side at each token's own position (seq 1), head weights
     n_idx = c.idx_heads * IHD
     rows_idx = ceildiv(T, t.MM_ROW_TILE)
-    acc = b.op("matmul", qkv.qr, idx_wq_b, name="idx.idx_qr_proj_matmul", out="i32",
+    acc = b.op("matmul", qkv.qr, idx.wq_b, name="idx.idx_qr_proj_matmul", out="i32",
                tile=[t.MM_ROW_TILE, t.Q_OUT_TILE, c.q_lora], blocks=rows_idx * (n_idx // t.Q_OUT_TILE),
                **b.clamp(T, t.MM_ROW_TILE))
-    q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx_wq_b_scale, name="idx.idx_qr_proj_dequant",
+    q_idx = b.op("idx_qr_dequant", acc, qkv.qr_scale, idx.wq_b_scale, name="idx.idx_qr_proj_dequant",
                  heads=c.idx_heads, tile=[t.DEQUANT_T_TILE, t.Q_OUT_TILE], blocks=n_idx // t.Q_OUT_TILE,
                  **b.clamp(T, t.DEQUANT_T_TILE))
     swap = b.op("rope_swap_idx", name="idx.qr_rope_swap_idx", rope_dim=c.rope_dim, blocks=1)
@@ -211,12 +183,12 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     q_idx = b.op("idx_qr_rope", q_idx, tok_cos, tok_sin, swap, name="idx.qr_rope", seq=1,
                  tile=[t.ROPE_ROW_TILE], blocks=ceildiv(head_rows, t.ROPE_ROW_TILE),
                  **b.clamp(head_rows, t.ROPE_ROW_TILE))
-    q_had = b.op("idx_hadamard_matmul", q_idx, idx_hadamard, name="idx.qr_hadamard_matmul", tile=[t.QH_MM_TILE],
+    q_had = b.op("idx_hadamard_matmul", q_idx, idx.hadamard, name="idx.qr_hadamard_matmul", tile=[t.QH_MM_TILE],
                  blocks=ceildiv(head_rows, t.QH_MM_TILE), **b.clamp(head_rows, t.QH_MM_TILE))
     q_i8, q_scale = b.op("idx_q_quant", q_had, names=["idx.qr_hadamard_quant", "idx.qr_hadamard_quant.scale"],
                          tile=[t.QH_QUANT_TILE], blocks=ceildiv(head_rows, t.QH_QUANT_TILE),
                          **b.clamp(head_rows, t.QH_QUANT_TILE))
-    partials = b.op("idx_weights_proj", group.x_local, idx_weights_proj, name="idx.weights_proj",
+    partials = b.op("idx_weights_proj", group.x_local, idx.weights_proj, name="idx.weights_proj",
                     k_split=t.WEIGHTS_OK, tile=[t.MM_ROW_TILE, c.hidden // t.WEIGHTS_OK],
                     blocks=rows_idx * t.WEIGHTS_OK, deps=[late], **b.clamp(T, t.MM_ROW_TILE))
     weights = b.op("idx_weights_reduce", partials, name="idx.weights_proj_reduce", scale=c.index_weights_scale,
@@ -225,28 +197,17 @@ def build_prefill_csa(b: GraphBuilder, *, chunk: int = DEFAULT_CHUNK, start: int
     # (max_visible); the rows are at least k wide, as the top-k consumer reads k columns (a short flash chunk).
     score_cap = prefill_score_len(c, chunk, start)
     vis = dict(ratio=r, seq=chunk, score_len=max(score_cap, c.idx_topk), max_visible=score_cap)
-    score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx_block_table, p.positions,
+    score = b.op("idx_score", q_i8, q_scale, weights, idx_kv_cache, idx_kv_scale, idx.block_table, p.positions,
                  p.kv_seq_len, name="idx.score", block_size=bs, tile=[1, vis["score_len"]], blocks=T, **vis)
     topk = b.op("idx_topk", score, p.positions, p.kv_seq_len, name="idx.topk", k=c.idx_topk,
                 sort_stages=SEED_PREFILL_SORT_STAGES, tile=[1], blocks=T, **vis)
     # sparse attention over window + masked top-k (the decode CSA attention, the chunk as one request)
     cmp_idx, _mask, bias, order = b.op(
-        "csa_slots_build_valid_qk_plan", topk, p.positions, cmp_block_table, p.swa_indices,
+        "csa_slots_build_valid_qk_plan", topk, p.positions, cmp.block_table, p.swa_indices,
         names=["csa.csa_slots_build_valid_qk_plan", "csa.valid_block_mask", "csa.sparse_bias", "csa.qk_order"],
         ratio=r, seq=chunk, block_size=bs, idx_topk=c.idx_topk, k_tile=t.ATTN_K_TILE, blocks=1, deps=[cmp_kv])
-    m, l, o = b.op("csa_qk_pv", qkv.q, kv_cache, p.swa_indices, cmp_kv, cmp_idx, bias, order,
-                   names=["csa.qk_pv", "csa.qk_pv.l", "csa.qk_pv.o"], scale=c.softmax_scale,
-                   k_tile=t.ATTN_K_TILE, tile=[1, t.H_TILE], blocks=t.NUM_QK_CORES, workers=t.NUM_QK_CORES,
-                   **live_qk_blocks(c.window, c.idx_topk, score_cap, t.ATTN_K_TILE))
-    cos_il, sin_signed = b.op("rope_tables", p.rope_cos, p.rope_sin, p.positions,
-                              names=["csa.rope_cs", "csa.rope_cs.sin"], rope_dim=c.rope_dim, blocks=1)
-    packed = b.op("csa_merge_norm", m, l, o, p.attn_sink, cos_il, sin_signed, name="csa.merge_norm",
-                  o_groups=c.o_groups, tile=[t.H_TILE], blocks=T * ceildiv(c.heads, t.H_TILE))
-    attn_out = o_proj(b, packed, p.wo_a, p.wo_b, p.wo_b_scale)
-    if b.tp > 1:
-        attn_out = b.op("o_local_bridge", attn_out, name="csa.csa_o_local_bridge", tile=[t.T_TILE],
-                        blocks=ceildiv(T, t.T_TILE), **b.clamp(T, t.T_TILE))
-    x_out = hc_post(b, attn_out, p.x_hc, pre)
+    packed = csa_attention(b, p, qkv.q, kv_cache, cmp_kv, cmp_idx, bias, order, max_visible=score_cap)
+    x_out = csa_output(b, p, packed, pre)
     b.ret(x_out=x_out, kv_cache=kv_cache, cmp_kv=cmp_kv, cmp_state=cmp_state, idx_kv_cache=idx_kv_cache,
           idx_kv_scale=idx_kv_scale, idx_cmp_state=idx_cmp_state)
 

@@ -24,6 +24,25 @@ def _index_rows(t: TensorType, what: str, rows: D.Dim | None = None) -> None:
         expect_same_dim(t.shape[0], rows, f"{what} rows")
 
 
+def _cache_insert(kv: TensorType, cache: TensorType, slots: TensorType) -> TensorType:
+    """The kv_cache written in place by kv[t] at slot_mapping[t] (the fused insert's and the writeback's rule)."""
+    expect_rank(kv, 2, "kv [T, head_dim]")
+    expect_rank(cache, 2, "kv_cache [rows, head_dim]")
+    expect(cache.dtype == kv.dtype, f"kv_cache dtype {cache.dtype} differs from kv {kv.dtype}")
+    expect_same_dim(cache.shape[1], kv.shape[1], "kv_cache width vs head_dim")
+    expect(slots.rank == 1, f"slot_mapping must be rank 1, got {slots}")
+    _index_rows(slots, "slot_mapping", kv.shape[0])
+    return cache
+
+
+def _valid_bias(lens: TensorType, window: int) -> TensorType:
+    """sparse_bias [rows of lens, window] f32 (the fused insert's and the bias half's rule)."""
+    expect(lens.rank == 1, f"lens must be rank 1, got {lens}")
+    _index_rows(lens, "lens")
+    expect(window > 0, f"window must be positive, got {window}")
+    return TensorType(F32, (lens.shape[0], D.Const(window)))
+
+
 @register_op
 class SwaCacheInsertValidBias(_AttnOp):
     """kv_cache[slot[t]] = kv[t] (slot −1 skipped; in place) and sparse_bias[T, window] = 0 for columns < lens[t],
@@ -39,16 +58,7 @@ class SwaCacheInsertValidBias(_AttnOp):
 
     def infer(self, ins, attrs):
         kv, cache, slots, lens = ins
-        expect_rank(kv, 2, "kv [T, head_dim]")
-        expect_rank(cache, 2, "kv_cache [rows, head_dim]")
-        expect(cache.dtype == kv.dtype, f"kv_cache dtype {cache.dtype} differs from kv {kv.dtype}")
-        expect_same_dim(cache.shape[1], kv.shape[1], "kv_cache width vs head_dim")
-        expect(slots.rank == 1, f"slot_mapping must be rank 1, got {slots}")
-        _index_rows(slots, "slot_mapping", kv.shape[0])
-        expect(lens.rank == 1, f"lens must be rank 1, got {lens}")
-        _index_rows(lens, "lens")
-        expect(attrs["window"] > 0, f"window must be positive, got {attrs['window']}")
-        return [cache, TensorType(F32, (lens.shape[0], D.Const(attrs["window"])))]
+        return [_cache_insert(kv, cache, slots), _valid_bias(lens, attrs["window"])]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]
@@ -64,14 +74,7 @@ class SwaCacheWriteback(_AttnOp):
     reference = numpy_reference("attention", "swa_cache_writeback")
 
     def infer(self, ins, attrs):
-        kv, cache, slots = ins
-        expect_rank(kv, 2, "kv [T, head_dim]")
-        expect_rank(cache, 2, "kv_cache [rows, head_dim]")
-        expect(cache.dtype == kv.dtype, f"kv_cache dtype {cache.dtype} differs from kv {kv.dtype}")
-        expect_same_dim(cache.shape[1], kv.shape[1], "kv_cache width vs head_dim")
-        expect(slots.rank == 1, f"slot_mapping must be rank 1, got {slots}")
-        _index_rows(slots, "slot_mapping", kv.shape[0])
-        return [cache]
+        return [_cache_insert(*ins)]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]
@@ -86,11 +89,7 @@ class SwaValidBias(_AttnOp):
     reference = numpy_reference("attention", "swa_valid_bias")
 
     def infer(self, ins, attrs):
-        lens = ins[0]
-        expect(lens.rank == 1, f"lens must be rank 1, got {lens}")
-        _index_rows(lens, "lens")
-        expect(attrs["window"] > 0, f"window must be positive, got {attrs['window']}")
-        return [TensorType(F32, (lens.shape[0], D.Const(attrs["window"])))]
+        return [_valid_bias(ins[0], attrs["window"])]
 
     def tile_axes(self, ins, outs, attrs):
         return [("rows", ins[0].shape[0])]

@@ -11,6 +11,7 @@ import numpy as np
 
 from .dtypes import BF16, f32
 from .qkv import rope_il
+from .sparse import kv_cache_writeback
 
 F32 = np.float32
 NEG_INF_ATTN = F32(-1.0e20)
@@ -28,12 +29,8 @@ def swa_cache_insert_valid_bias(kv, kv_cache, slot_mapping, lens, *, window, **_
 
 
 def swa_cache_writeback(kv, kv_cache, slot_mapping, **_):
-    """A new kv_cache with kv[t] at row slot_mapping[t]; −1 skipped; later rows win."""
-    cache = np.array(kv_cache, copy=True)
-    slots = np.asarray(slot_mapping)
-    keep = slots >= 0
-    cache[slots[keep]] = np.asarray(kv)[keep]
-    return cache
+    """A new kv_cache with kv[t] at row slot_mapping[t]; −1 skipped; later rows win (kv_cache_writeback's scatter)."""
+    return kv_cache_writeback(kv, kv_cache, slot_mapping)
 
 
 def swa_valid_bias(lens, *, window, **_):

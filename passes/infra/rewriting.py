@@ -7,8 +7,6 @@ from typing import Sequence
 from dspark_ir.graph import Graph, Node, Value
 from dspark_ir.ops.core import Join
 
-from .base import Skip
-
 _PRODUCER = attrgetter("producer")
 
 
@@ -76,8 +74,3 @@ def not_one_block(g: Graph, node: Node) -> str | None:
     if blocks is None or blocks.value(g.env) != 1:
         return f"already {blocks} blocks (not a one-block `pl.at` task)"
     return None
-
-
-def match_or_skip(node: Node, verdict):
-    """A pass's `_check` returns its site, or a string saying why the node does not qualify: the latter is a Skip."""
-    return Skip(node.name, verdict) if isinstance(verdict, str) else verdict

@@ -13,7 +13,6 @@ import pytest
 import runner
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
-from dspark_ir.interp import run
 from goldens.attention import attend, csa_compressed_rows, derotate_pack, even_tiles, gather_keys, sparse_window
 from goldens.compressor import compress_step, compressor_weights, csa_spec, indexer_spec
 from goldens.config import tiles_for
@@ -23,6 +22,8 @@ from goldens.layers import write_cmp_entries
 from goldens.numerics import rope_half
 from goldens.paging import request_of_tokens, write_rows
 from goldens.tolerances import compare_layer
+
+from .helpers import assert_layer_matches, per_rank, run_case
 
 LAYER = "decode-csa"
 SEEDS = (0, 1, 2)
@@ -67,24 +68,6 @@ OWN_BLOCKS = {"csa", "cmp", "icmp", "idx"}
 def graph(tp: int, config: str = "tiny", seq: int | None = None, max_context: int | None = None):
     params = {} if max_context is None else {"max_context": max_context}
     return layers.build(LAYER, config=config, tp=tp, seq=seq, **params)
-
-
-def per_rank(x):
-    return x if isinstance(x, list) else [x]
-
-
-def returns(g, env):
-    return {name: env[v.name] for name, v in zip(g.attributes["outputs"], g.returns)}
-
-
-def run_case(g, inputs):
-    envs = per_rank(run(g, inputs, keep=True))
-    return envs, [returns(g, e) for e in envs]
-
-
-def assert_matches(got, want, seq):
-    bad = [f"{c.name}: {c.detail}" for c in compare_layer(got, want, LAYER, seq) if not c.ok]
-    assert not bad, "; ".join(bad)
 
 
 # ---- structure ----------------------------------------------------------------------------------------------
@@ -212,7 +195,7 @@ def test_csa_matches_golden(tp, seed, regime):
     g = graph(tp)
     inputs = runner.layer_inputs(g, seed, regime)
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
+    assert_layer_matches(got, per_rank(runner.golden_outputs(g, inputs)), LAYER, g.symbols["S"])
     cfg = layers.graph_config(g)
     for rank, (inp, env) in enumerate(zip(per_rank(inputs), envs)):
         assert check_stages(cfg, inp, env) == [], f"rank {rank}"
@@ -225,7 +208,7 @@ def test_csa_seq8_matches_golden(seed):
     g = graph(1, seq=8)
     inputs = runner.layer_inputs(g, seed, "default")
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
+    assert_layer_matches(got, per_rank(runner.golden_outputs(g, inputs)), LAYER, g.symbols["S"])
     assert check_stages(layers.graph_config(g), inputs, envs[0]) == []
 
 

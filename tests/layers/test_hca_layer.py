@@ -13,7 +13,6 @@ import pytest
 import runner
 from dspark_cli.main import main
 from dspark_ir import layers, parse_graph, print_graph
-from dspark_ir.interp import run
 from dspark_ir.semantics import sparse as KS
 from goldens.attention import (
     attend,
@@ -31,6 +30,8 @@ from goldens.layers import write_cmp_entries
 from goldens.numerics import rope_half
 from goldens.paging import write_rows
 from goldens.tolerances import compare_layer
+
+from .helpers import assert_layer_matches, per_rank, run_case
 
 LAYER = "decode-hca"
 SEEDS = (0, 1, 2)
@@ -61,20 +62,6 @@ OWN_BLOCKS = {"hca", "cmp"}
 @lru_cache(maxsize=None)
 def graph(tp: int, config: str = "tiny", seq: int | None = None):
     return layers.build(LAYER, config=config, tp=tp, seq=seq)
-
-
-def per_rank(x):
-    return x if isinstance(x, list) else [x]
-
-
-def run_case(g, inputs):
-    envs = per_rank(run(g, inputs, keep=True))
-    return envs, [{n: e[v.name] for n, v in zip(g.attributes["outputs"], g.returns)} for e in envs]
-
-
-def assert_matches(got, want, seq):
-    bad = [f"{c.name}: {c.detail}" for c in compare_layer(got, want, LAYER, seq) if not c.ok]
-    assert not bad, "; ".join(bad)
 
 
 # ---- structure ----------------------------------------------------------------------------------------------
@@ -167,7 +154,7 @@ def test_hca_matches_golden(tp, seed, regime):
     g = graph(tp)
     inputs = runner.layer_inputs(g, seed, regime)
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
+    assert_layer_matches(got, per_rank(runner.golden_outputs(g, inputs)), LAYER, g.symbols["S"])
     cfg = layers.graph_config(g)
     for rank, (inp, env) in enumerate(zip(per_rank(inputs), envs)):
         assert check_stages(cfg, inp, env) == [], f"rank {rank}"
@@ -178,7 +165,7 @@ def test_hca_seq8_matches_golden(seed):
     g = graph(1, seq=8)
     inputs = runner.layer_inputs(g, seed, "default")
     envs, got = run_case(g, inputs)
-    assert_matches(got, per_rank(runner.golden_outputs(g, inputs)), g.symbols["S"])
+    assert_layer_matches(got, per_rank(runner.golden_outputs(g, inputs)), LAYER, g.symbols["S"])
     assert check_stages(layers.graph_config(g), inputs, envs[0]) == []
 
 

@@ -19,6 +19,8 @@ from goldens import layers as gl
 from goldens.compare import check
 from goldens.tolerances import compare
 
+from .helpers import moe_after_by_hand
+
 SEEDS = (0, 1, 2)
 HASH, SORT = 0, 1          # tiny: n_hash_layers = 1
 EPS = (1, 2, 4)
@@ -186,22 +188,7 @@ def test_after_form_is_expressible():
     """§6(g) After, applied by hand (the moe-handshake-deps pass will do it): push → dispatch_wait edge,
     combine_wait = one notify + wait ≥ epoch gated on {combine, dispatch_push}, AER off. Still verifies, keeps the
     signal links and matches the golden; the early dispatch that deadlocked the before form is no longer legal."""
-    g = moe_graph(SORT, 2).clone()
-    n = g.nodes
-    n["moe.dispatch_wait"].deps.append(g.values["moe.dispatch_push"])
-    old = n["moe.combine_wait"]
-    barrier = g.add_op("signal_barrier", list(old.operands), {"notifier": "moe.combine_wait", "expected": 1},
-                       names="moe.combine_wait.after", near=old,
-                       deps=[g.values["moe.combine"], g.values["moe.dispatch_push"]])
-    g.replace_uses(old.result, barrier.result)
-    g.remove_node(old)
-    g.rename(barrier.result, "moe.combine_wait")
-    n = g.nodes                                          # rename rebuilds the node table
-    n["moe.combine"].attrs["notify_per"] = "none"
-    for name in ("moe.dispatch_gather", "moe.combine", "moe.combine_wait", "moe.shared_routed"):
-        n[name].attrs.pop("aer", None)
-    g.invalidate()
-    verify(g)
+    g = moe_after_by_hand(moe_graph(SORT, 2))
     assert list(check_signals(g)) == []
     assert nx.has_path(g.to_networkx(), "moe.dispatch_push", "moe.dispatch_wait")
     per_rank = rank_inputs(g, 0)

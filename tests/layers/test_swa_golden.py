@@ -13,16 +13,14 @@ from dspark_ir.interp import run
 from goldens.inputs import ATTENTION_REGIMES
 from goldens.tolerances import compare, compare_layer
 
+from .helpers import per_rank
+
 SEEDS = (0, 1, 2)
 
 
 @lru_cache(maxsize=None)
 def graph(tp: int):
     return layers.build("decode-swa", tp=tp)
-
-
-def per_rank(x):
-    return x if isinstance(x, list) else [x]
 
 
 def check_layer(g, seed, regime):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import runner
-from dspark_ir import layers, parse_graph, verify
+from dspark_ir import layers, parse_graph
 from dspark_ir.interp import run
 from dspark_ir.ops.signal import check_signals, waits
 from lowering.simulate import simulate
@@ -18,40 +18,20 @@ from passes import Skip, get_pass
 from passes.infra.manager import node_keys
 from perf.model import model_graph
 
+from ..layers.helpers import MOE_NO_AER, moe_after_by_hand
 from .layer_support import ATTENTION, SEEDS, flash_opt, golden_mismatches, optimise, skips, statuses
 from .support import HERE
 
 PASS = "moe-handshake-deps"
 SEED_FORM = f"{PASS}{{drop_aer_on_waits=false}}"
 HASH, SORT = 0, 1                                  # tiny: n_hash_layers = 1
-NO_AER = {"moe.dispatch_gather", "moe.combine", "moe.combine_wait", "moe.shared_routed"}
+NO_AER = set(MOE_NO_AER)
 WAITS = {"moe.dispatch_meta", "moe.dispatch_wait"}
 SIM_SEEDS = range(10)
 
 
 def moe(layer_id: int = SORT, ep: int = 2, **kw):
     return layers.build("moe", "tiny", layer_id=layer_id, ep=ep, **kw)
-
-
-def hand_applied(g):
-    """tests/layers/test_moe_layer.py::test_after_form_is_expressible, step by step (§6(g) After)."""
-    g = g.clone()
-    n = g.nodes
-    n["moe.dispatch_wait"].deps.append(g.values["moe.dispatch_push"])
-    old = n["moe.combine_wait"]
-    barrier = g.add_op("signal_barrier", list(old.operands), {"notifier": "moe.combine_wait", "expected": 1},
-                       names="moe.combine_wait.after", near=old,
-                       deps=[g.values["moe.combine"], g.values["moe.dispatch_push"]])
-    g.replace_uses(old.result, barrier.result)
-    g.remove_node(old)
-    g.rename(barrier.result, "moe.combine_wait")
-    n = g.nodes
-    n["moe.combine"].attrs["notify_per"] = "none"
-    for name in NO_AER:
-        n[name].attrs.pop("aer", None)
-    g.invalidate()
-    verify(g)
-    return g
 
 
 def assert_after_form(g, epoch: int = 1) -> None:
@@ -89,15 +69,15 @@ def test_bitwise_on_tiny_and_within_the_golden_tolerance(layer_id, seed):
 def test_equals_the_hand_applied_after_form(ep):
     g = moe(ep=ep)
     seed_form = optimise(g, SEED_FORM, numerics=False).graph
-    assert seed_form.structurally_equal(hand_applied(g))
-    assert statuses(optimise(hand_applied(g), SEED_FORM, numerics=False)) == {PASS: "no-op"}
+    assert seed_form.structurally_equal(moe_after_by_hand(g))
+    assert statuses(optimise(moe_after_by_hand(g), SEED_FORM, numerics=False)) == {PASS: "no-op"}
     # the default also takes AER off the two cross-rank waits the seed left it on, and nothing else
     default = optimise(g, PASS, numerics=False).graph
     old, new = node_keys(seed_form), node_keys(default)
     assert {k for k in new if new[k] != old[k]} == WAITS
     for name in WAITS:
         assert seed_form.nodes[name].attrs["aer"] and "aer" not in default.nodes[name].attrs
-    assert statuses(optimise(hand_applied(g), PASS, numerics=False)) == {PASS: "changed"}
+    assert statuses(optimise(moe_after_by_hand(g), PASS, numerics=False)) == {PASS: "changed"}
 
 
 def test_epoch_sets_the_one_notify_threshold():

@@ -12,6 +12,7 @@ import pytest
 import passes
 from dspark_cli.main import main
 from passes import Pass, get_pass, register_pass, registered_names, summary
+from passes.infra.checked import CheckedPass
 from passes.infra.registry import pass_modules
 
 ROOT = Path(__file__).parents[2]
@@ -79,6 +80,12 @@ def test_missing_docstring_frozen_or_body():
     with pytest.raises(TypeError, match="registered twice"):
         register_pass(dataclass(frozen=True)(type("P", (Pass,), {"name": "cse", "__doc__": "d",
                                                                    "run": lambda self, g: []})))
+
+
+@pytest.mark.parametrize("given", ["check", "apply"])
+def test_a_checked_pass_needs_check_and_apply(given):
+    with pytest.raises(TypeError, match=r"a CheckedPass implements check\(\) and apply\(\)"):
+        type("P", (CheckedPass,), {"name": "planted-half", "__doc__": "d", given: lambda self, g, x: None})
 
 
 def test_plugin_flag(tmp_path, capsys):
