@@ -163,3 +163,14 @@ def test_every_table_row_of_a_collective_names_its_link_estimate(hca_tp4):
     assert "rule 10" not in rows["hc.hc_post"].note
     off = {r.name: r for r in estimate(hca_tp4, None, replace(CHIP, cross_rank=False), costs=costs).rows}
     assert "rule 10" not in off["cp.hca_allgather"].note
+
+
+def test_every_declared_exchange_names_an_argument_of_its_op():
+    """A renamed operand or result fails here, naming the op, not deep inside an estimate."""
+    op_definition("cp_allgather")          # loads every op module
+    for name, op in OP_REGISTRY.items():
+        spec = op.cross_rank
+        if spec is None or spec.link == "none":
+            continue
+        params = [p.lstrip("*") for p in (*op.operands, *op.results)]
+        assert spec.exchanged in params, f"op '{name}' exchanges '{spec.exchanged}', not one of {params}"
