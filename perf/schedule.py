@@ -82,7 +82,8 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
               signals · (D + c), without the hops. Not modelled: a signal task's core and
               dispatcher occupancy (one zero-work block each), the skew of a slower peer (the ranks are
               symmetric here), the order of a publish and its wait inside one task (the chain's length is the
-              same).
+              same). `link_overlap = False` reads every `overlap` as `before` (the trust flag L's sensitivity:
+              how far a Δ rests on the transfer hiding under the local part).
 The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto's swimlane shows inside it
 (its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
 its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
@@ -153,6 +154,7 @@ class ScheduleParams:
     early_dispatch: bool = False   # rule 9: consumers of allow-early-resolve producers are staged ahead
     cross_rank: bool = False       # rule 10: collectives' link transfer and signal tasks
     link_bytes_per_s: float = HARDWARE.link_bytes_per_s   # rule 10: the inter-chip link
+    link_overlap: bool = True      # rule 10: `overlap` links overlap their local part (False: a sensitivity, they add)
     launch_cycles: float = 0.0     # rule 8: paid once per call
     name: str = "legacy"
 
@@ -325,7 +327,7 @@ def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> Kern
     if not params.cross_rank or task.remote_bytes <= 0 or task.link == "none":
         return cost
     link = task.remote_bytes / params.link_bytes_per_s * params.clock_hz
-    span = max(cost.span, link) if task.link == "overlap" else cost.span + link
+    span = max(cost.span, link) if task.link == "overlap" and params.link_overlap else cost.span + link
     return replace(cost, span=span)
 
 

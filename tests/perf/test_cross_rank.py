@@ -38,6 +38,8 @@ def test_overlapped_link_is_the_slower_of_local_part_and_transfer():
     assert schedule(tasks, costs, CHIP).runs[0].finish == 1 + 2 + 10       # the local part (10) is slower
     tasks, costs = pair("overlap", remote=40.0)
     assert schedule(tasks, costs, CHIP).runs[0].finish == 1 + 2 + 40       # the link (40) is slower
+    # the trust flag L's sensitivity: no overlap, the transfer adds
+    assert schedule(tasks, costs, replace(CHIP, link_overlap=False)).runs[0].finish == 1 + 2 + 50
 
 
 def test_a_publish_before_the_local_part_adds_up():
