@@ -283,20 +283,27 @@ class Schedule:
 
 def sched_tasks(tg) -> list[SchedTask]:
     """SchedTasks of a lowered TaskGraph."""
+    producer = {r["value"]: t.op for t in tg.tasks for r in t.results}
     return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
                       tuple(t.deps), t.op, has_grid(t), bool(t.attrs.get("aer")) and not t.is_dummy,
-                      **cross_rank_fields(t))
+                      **cross_rank_fields(t, producer))
             for t in tg.tasks]
 
 
-def cross_rank_fields(task) -> dict:
+def cross_rank_fields(task, producer: Mapping[str, str] | None = None) -> dict:
     """Rule 10's fields of a lowered task: its op's declared cross-rank steps (`OpDef.cross_rank`) at its TP
-    degree; nothing for a task that meets no peer (not a collective, or TP 1)."""
+    degree; nothing for a task that meets no peer (not a collective, or TP 1). A read-back's signal tasks are
+    the ones its exchange declares (`readback_signals`; `producer`: value name -> the op that wrote it)."""
     opdef = op_definition(task.op)
     spec = opdef.cross_rank if opdef is not None and task.collective and not task.is_dummy else None
     if spec is None or int(task.attrs.get("tp") or 0) == 1:
         return {}
-    return {"remote_bytes": remote_bytes(task), "link": spec.link, "signals": spec.signals}
+    signals = spec.signals
+    read = task.args[0].value if task.args and task.args[0].reads else None
+    exchange = op_definition(producer[read]) if producer and read in producer else None
+    if exchange is not None and exchange.cross_rank is not None and exchange.cross_rank.readback_signals is not None:
+        signals = exchange.cross_rank.readback_signals
+    return {"remote_bytes": remote_bytes(task), "link": spec.link, "signals": signals}
 
 
 def signal_tail(task: SchedTask, params: ScheduleParams) -> tuple[float, float]:

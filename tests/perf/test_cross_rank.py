@@ -132,7 +132,9 @@ def test_the_lowered_hca_layer_carries_the_declared_steps(hca_tp4):
     push = by_name["cp.hca_allgather"]
     assert (push.link, push.signals) == ("overlap", 1)
     assert push.remote_bytes == 4 * 128 * 2560 * 2 * 3 / 4        # the bf16[4*T, 2560] window, 3 peers' share
-    assert (by_name["cp.hca_allgather.copy_out"].link, by_name["cp.hca_allgather.copy_out"].signals) == ("none", 1)
+    # the read-backs: the CP step's declares read-back wait + retire, the all-to-all's copy-out its complete
+    assert (by_name["cp.hca_allgather.copy_out"].link, by_name["cp.hca_allgather.copy_out"].signals) == ("none", 2)
+    assert by_name["o.o_group_a2a.copy_out"].signals == 1 and by_name["o.o_group_a2a"].signals == 1
     rs = by_name["o.tp_o_reduce_scatter"]
     assert (rs.link, rs.signals, rs.remote_bytes) == ("before", 2, 4 * 128 * 4096 * 4 * 3 / 4)
     glue = by_name["cp.hca_allgather.own_rows"]
