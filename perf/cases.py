@@ -481,7 +481,8 @@ class CasesReport:
                 others = ", ".join(f"`{m}` {_pct(v)}" for m, v in d["delta_other_block_models_pct"].items())
                 lines.append(f"- sensitivity (improvement %): ours {_pct(r.trust.delta)}, other block models "
                              f"{others}, far kernels at roofline "
-                             f"{_pct(d['delta_far_at_roofline_pct'])} ({', '.join(d['far_kernels']) or 'none'}); "
+                             f"{_pct(d['delta_far_at_roofline_pct'])} ({', '.join(d['far_kernels']) or 'none'}), "
+                             f"no link overlap {_pct(d['delta_link_serial_pct'])}; "
                              f"{100 * d['roofline_share']:.0f} % of the per-task change is on roofline-only tasks")
             lines.append("")
         return "\n".join(lines)

@@ -187,7 +187,8 @@ def kernel_source(task: Task, tg: TaskGraph | None = None) -> str | None:
     return module_prelude() + "\n\n" + generate(task, template, RUNTIME_SYMBOLS, name="kernel")
 
 
-LOCAL_PART_NOTE = "collective: its local part only (link transfer, peer waits and barriers not modelled)"
+LOCAL_PART_NOTE = ("collective: its local part (pypto); the link transfer and its signal tasks are the schedule's "
+                   "(rule 10, chip model), not simulated")
 
 
 def local_part_source(task: Task) -> str | None:

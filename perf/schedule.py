@@ -82,7 +82,8 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
               signals · (D + c), without the hops. Not modelled: a signal task's core and
               dispatcher occupancy (one zero-work block each), the skew of a slower peer (the ranks are
               symmetric here), the order of a publish and its wait inside one task (the chain's length is the
-              same).
+              same). `link_overlap = False` reads every `overlap` as `before` (the trust flag L's sensitivity:
+              how far a Δ rests on the transfer hiding under the local part).
 The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto's swimlane shows inside it
 (its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
 its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
@@ -153,6 +154,7 @@ class ScheduleParams:
     early_dispatch: bool = False   # rule 9: consumers of allow-early-resolve producers are staged ahead
     cross_rank: bool = False       # rule 10: collectives' link transfer and signal tasks
     link_bytes_per_s: float = HARDWARE.link_bytes_per_s   # rule 10: the inter-chip link
+    link_overlap: bool = True      # rule 10: `overlap` links overlap their local part (False: a sensitivity, they add)
     launch_cycles: float = 0.0     # rule 8: paid once per call
     name: str = "legacy"
 
@@ -281,20 +283,27 @@ class Schedule:
 
 def sched_tasks(tg) -> list[SchedTask]:
     """SchedTasks of a lowered TaskGraph."""
+    producer = {r["value"]: t.op for t in tg.tasks for r in t.results}
     return [SchedTask(t.id, t.name, "none" if t.is_dummy else t.core, 0 if t.is_dummy else int(t.blocks),
                       tuple(t.deps), t.op, has_grid(t), bool(t.attrs.get("aer")) and not t.is_dummy,
-                      **cross_rank_fields(t))
+                      **cross_rank_fields(t, producer))
             for t in tg.tasks]
 
 
-def cross_rank_fields(task) -> dict:
+def cross_rank_fields(task, producer: Mapping[str, str] | None = None) -> dict:
     """Rule 10's fields of a lowered task: its op's declared cross-rank steps (`OpDef.cross_rank`) at its TP
-    degree; nothing for a task that meets no peer (not a collective, or TP 1)."""
+    degree; nothing for a task that meets no peer (not a collective, or TP 1). A read-back's signal tasks are
+    the ones its exchange declares (`readback_signals`; `producer`: value name -> the op that wrote it)."""
     opdef = op_definition(task.op)
     spec = opdef.cross_rank if opdef is not None and task.collective and not task.is_dummy else None
     if spec is None or int(task.attrs.get("tp") or 0) == 1:
         return {}
-    return {"remote_bytes": remote_bytes(task), "link": spec.link, "signals": spec.signals}
+    signals = spec.signals
+    read = task.args[0].value if task.args and task.args[0].reads else None
+    exchange = op_definition(producer[read]) if producer and read in producer else None
+    if exchange is not None and exchange.cross_rank is not None and exchange.cross_rank.readback_signals is not None:
+        signals = exchange.cross_rank.readback_signals
+    return {"remote_bytes": remote_bytes(task), "link": spec.link, "signals": signals}
 
 
 def signal_tail(task: SchedTask, params: ScheduleParams) -> tuple[float, float]:
@@ -325,7 +334,7 @@ def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> Kern
     if not params.cross_rank or task.remote_bytes <= 0 or task.link == "none":
         return cost
     link = task.remote_bytes / params.link_bytes_per_s * params.clock_hz
-    span = max(cost.span, link) if task.link == "overlap" else cost.span + link
+    span = max(cost.span, link) if task.link == "overlap" and params.link_overlap else cost.span + link
     return replace(cost, span=span)
 
 

@@ -1,7 +1,7 @@
 """Trust flags: when an estimated Δ between two variants should not be believed at face value.
 
     t = trust(ref, var, params, globs=())     # two VariantResults (perf/ab.py), optionally one stage of them
-    t.flags                                   # ("F", "R", "B") subset, shown next to the Δ; LEGEND explains them
+    t.flags                                   # ("F", "R", "B", "L") subset, shown next to the Δ; LEGEND explains them
 
 A Δ is the improvement of `var` over `ref` in % of `ref` (positive = faster), over the whole layer or over the
 tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
@@ -10,7 +10,9 @@ tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
      points or changes sign;
   R  when it comes mostly from roofline-only tasks (collectives, kernels without a pypto template, failed
      simulations): at least ROOFLINE_SHARE of the summed per-task change of alone time is on such tasks;
-  B  when its sign flips under any other block model (`work`, `span`, `grid`: perf/schedule.py rule 2).
+  B  when its sign flips under any other block model (`work`, `span`, `grid`: perf/schedule.py rule 2);
+  L  when its sign flips with no collective's link transfer overlapping its local part (perf/schedule.py rule 10,
+     `link_overlap = False`: the transfers of pushes and fused publishes add to their local parts instead).
 A Δ within ±FLAT points has no sign (a flip needs two signed Δs).
 """
 from __future__ import annotations
@@ -32,6 +34,8 @@ LEGEND = {
     "R": f"the Δ comes mostly (≥ {100 * ROOFLINE_SHARE:.0f} % of the per-task change) from roofline-only tasks "
          "(collectives, untemplated kernels): lower bounds, not simulations",
     "B": "the sign of the Δ flips under another block model (`work`, `span`, `grid`)",
+    "L": "the sign of the Δ flips when no collective's link transfer overlaps its local part (schedule rule 10's "
+         "`overlap` read as `before`)",
 }
 
 
@@ -139,6 +143,13 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
         flags.append("R")
     if any(flips(delta, d) for d in d_block.values()):
         flags.append("B")
-    return Trust(delta, tuple(flags), {"delta_other_block_models_pct": d_block, "delta_far_at_roofline_pct": d_far,
+    d_link = None
+    if params.cross_rank:
+        serial = replace(params, link_overlap=False)
+        d_link = improvement(scope_latency(ref, serial, globs), scope_latency(var, serial, globs))
+        if flips(delta, d_link):
+            flags.append("L")
+    return Trust(delta, tuple(flags), {"delta_other_block_models_pct": d_block, "delta_link_serial_pct": d_link,
+                                       "delta_far_at_roofline_pct": d_far,
                                        "far_kernels": sorted(far_ref | far_var), "roofline_share": share,
                                        "changed_alone_us": changed})

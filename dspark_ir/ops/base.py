@@ -177,7 +177,9 @@ class CrossRank:
     `signals`: the signal tasks (peer waits, completes, retires) the seed runs after the data, each a task of its
     own. `exchanged`: the argument whose bytes the TP group exchanges, read as `wire` (its own dtype when empty);
     `whole_group`: it holds the whole group's rows (this rank sends (tp - 1) / tp of it), else this rank's rows
-    only (it sends them to each of the tp - 1 peers)."""
+    only (it sends them to each of the tp - 1 peers). `readback_signals`: on an exchange op, the signal tasks
+    of the read-back (`window_copy_out`) of its window, which the seed names by the exchange (the CP step's
+    read-back wait and retire; the all-to-all's complete); None: the read-back's own `signals`."""
 
     steps: str
     link: str = "none"
@@ -185,11 +187,12 @@ class CrossRank:
     exchanged: str = "out"
     whole_group: bool = True
     wire: str = ""
+    readback_signals: int | None = None
 
     def __post_init__(self):
         if self.link not in ("overlap", "before", "none"):
             raise ValueError(f"CrossRank.link must be overlap | before | none, got {self.link!r}")
-        if self.signals < 0:
+        if self.signals < 0 or (self.readback_signals or 0) < 0:
             raise ValueError(f"CrossRank.signals must be >= 0, got {self.signals}")
 
     def sent_bytes(self, shape: Sequence[int], dtype_name: str, tp: int) -> float:

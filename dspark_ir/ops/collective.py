@@ -130,7 +130,8 @@ class CpAllGather(_CollectiveOp):
     operands = ("payload",)
     attrs = {"tp": Attr("int", REQUIRED)}
     reference = numpy_reference("collective", "cp_allgather")
-    cross_rank = CrossRank("push (this rank's rows into every rank's window) -> payload wait", "overlap", 1)
+    cross_rank = CrossRank("push (this rank's rows into every rank's window) -> payload wait", "overlap", 1,
+                           readback_signals=2)      # its window_copy_out: read-back -> read-back wait -> retire
 
     def infer(self, ins, attrs):
         p, tp = ins[0], attrs["tp"]
@@ -234,8 +235,8 @@ class WindowCopyOut(_CollectiveOp):
     operands = ("window",)
     attrs = {"axis": Attr("int", REQUIRED), "rows": Attr("dim", REQUIRED)}
     reference = numpy_reference("collective", "window_copy_out")
-    # one signal task after the copy: o_group_a2a_complete; the CP all-gather's read-back runs two (read-back wait,
-    # retire), of which the model has the first only (perf/README.md "Limits")
+    # one signal task after the copy (o_group_a2a_complete), unless the exchange it reads declares its read-back's
+    # (the CP all-gather's: read-back wait, retire)
     cross_rank = CrossRank("copy-out (o_group_a2a_gather / the CP read-back) -> barrier 2 + reset", "none", 1)
 
     def infer(self, ins, attrs):

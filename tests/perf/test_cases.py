@@ -260,7 +260,8 @@ def test_cli_runs_a_case_file(tmp_path, capsys):
     assert len(doc) == 5 and (out / "cases.md").is_file()
     assert doc[0]["predicted"]["before_us"] > 0
     assert doc[0]["model"] == {"cost_source": "roofline", "schedule": "chip", "block_model": "grid",
-                               "block_issue": "cores", "early_dispatch": ScheduleParams.chip().early_dispatch}
+                               "block_issue": "cores", "early_dispatch": ScheduleParams.chip().early_dispatch,
+                               "cross_rank": ScheduleParams.chip().cross_rank}
 
 
 def test_cli_block_model_selects_a_sensitivity_variant(tmp_path, capsys):

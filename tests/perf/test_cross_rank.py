@@ -38,6 +38,8 @@ def test_overlapped_link_is_the_slower_of_local_part_and_transfer():
     assert schedule(tasks, costs, CHIP).runs[0].finish == 1 + 2 + 10       # the local part (10) is slower
     tasks, costs = pair("overlap", remote=40.0)
     assert schedule(tasks, costs, CHIP).runs[0].finish == 1 + 2 + 40       # the link (40) is slower
+    # the trust flag L's sensitivity: no overlap, the transfer adds
+    assert schedule(tasks, costs, replace(CHIP, link_overlap=False)).runs[0].finish == 1 + 2 + 50
 
 
 def test_a_publish_before_the_local_part_adds_up():
@@ -130,7 +132,9 @@ def test_the_lowered_hca_layer_carries_the_declared_steps(hca_tp4):
     push = by_name["cp.hca_allgather"]
     assert (push.link, push.signals) == ("overlap", 1)
     assert push.remote_bytes == 4 * 128 * 2560 * 2 * 3 / 4        # the bf16[4*T, 2560] window, 3 peers' share
-    assert (by_name["cp.hca_allgather.copy_out"].link, by_name["cp.hca_allgather.copy_out"].signals) == ("none", 1)
+    # the read-backs: the CP step's declares read-back wait + retire, the all-to-all's copy-out its complete
+    assert (by_name["cp.hca_allgather.copy_out"].link, by_name["cp.hca_allgather.copy_out"].signals) == ("none", 2)
+    assert by_name["o.o_group_a2a.copy_out"].signals == 1 and by_name["o.o_group_a2a"].signals == 1
     rs = by_name["o.tp_o_reduce_scatter"]
     assert (rs.link, rs.signals, rs.remote_bytes) == ("before", 2, 4 * 128 * 4096 * 4 * 3 / 4)
     glue = by_name["cp.hca_allgather.own_rows"]
@@ -163,3 +167,14 @@ def test_every_table_row_of_a_collective_names_its_link_estimate(hca_tp4):
     assert "rule 10" not in rows["hc.hc_post"].note
     off = {r.name: r for r in estimate(hca_tp4, None, replace(CHIP, cross_rank=False), costs=costs).rows}
     assert "rule 10" not in off["cp.hca_allgather"].note
+
+
+def test_every_declared_exchange_names_an_argument_of_its_op():
+    """A renamed operand or result fails here, naming the op, not deep inside an estimate."""
+    op_definition("cp_allgather")          # loads every op module
+    for name, op in OP_REGISTRY.items():
+        spec = op.cross_rank
+        if spec is None or spec.link == "none":
+            continue
+        params = [p.lstrip("*") for p in (*op.operands, *op.results)]
+        assert spec.exchanged in params, f"op '{name}' exchanges '{spec.exchanged}', not one of {params}"

@@ -95,3 +95,32 @@ def test_the_b_flag_checks_the_grid_rule_too():
     t = run(fused_insert_costs(), ScheduleParams(block_model="span")).trust["+split-writeback-bias"]
     others = t.detail["delta_other_block_models_pct"]
     assert set(others) == {"work", "grid"} and t.delta < 0 < others["grid"] and "B" in t.flags
+
+
+def publish_costs(fused_cycles: float):
+    """1 µs per block, the unfused O-B dequant and reduce-scatter 0.5 ms each (local parts), the fused dequant +
+    reduce-scatter publish `fused_cycles` (its local part)."""
+    def fn(task):
+        n = max(task.blocks, 1)
+        cyc = {"tp_o_dequant_reduce_scatter": fused_cycles, "o_proj_b_dequant": 9e5,
+               "tp_o_reduce_scatter": 9e5}.get(task.op, 1800.0)
+        return KernelCost("pypto", cyc, *((cyc * n, 0.0) if task.core == "cube" else (0.0, cyc * n)))
+    return FunctionCosts(fn)
+
+
+def test_a_gain_that_rests_on_a_link_overlap_is_flagged_l():
+    """A link of 10 MB/s makes the tiny layer's reduce-scatter transfer 1.6 ms. The fused publish (1.5 ms of local
+    part) wins while that transfer hides under it; read as serial (the trust check), it loses to the unfused
+    dequant + reduce (0.5 ms each, the publish before the reduce anyway). Flagged L; a quick fused publish is not."""
+    slow_link = ScheduleParams(cross_rank=True, link_bytes_per_s=1e7)
+    vl = [v for v in variants(["dequant-into-owner-windows"], steps=False)]
+
+    def fused(cycles, params=slow_link):
+        case = run_ab([Case("decode-swa", Shape("tiny"))], publish_costs(cycles), params, variant_list=vl).cases[0]
+        return case.trust["+dequant-into-owner-windows"]
+
+    t = fused(2.7e6)
+    assert t.delta > 0 > t.detail["delta_link_serial_pct"] and "L" in t.flags
+    quick = fused(1800.0)
+    assert quick.delta > 0 and quick.detail["delta_link_serial_pct"] > 0 and "L" not in quick.flags
+    assert fused(2.7e6, ScheduleParams()).detail["delta_link_serial_pct"] is None      # rule 10 off: no check
