@@ -166,10 +166,10 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "the O path's last rewrite, after a2a-direct-read (whose window release it keeps ordered before the "
           "fused reduce-scatter: it takes over the reduce-scatter's deps) and after quant-workers, which it "
           "never touches: it fuses the f32 O-B dequant into the reduce-scatter (pypto-lib #980 / #998); no-op at "
-          "TP1. Off by default: bitwise, but the chip model predicts no gain (flash TP4 CSA O-B tail 66.2 -> "
-          "69.7 us, perf/cases/post-seed-csa.toml): the local-part cost convention never counted the partial's "
-          "second trip that #980 removes, and the 24 publish blocks cost more dispatch than the one-block "
-          "reduce-scatter",
+          "TP1. Off by default: bitwise, and the chip model's gain rests on an assumption no figure checks (held "
+          "back): with the collectives' link transfers (perf/schedule.py rule 10) the flash TP4 CSA O-B tail "
+          "goes 102.5 -> 81.8 us (-20 %, perf/cases/post-seed-csa.toml) only while the fused publish's link "
+          "transfer hides under its local part; read serially it loses (trust flag L)",
           enabled=False),
     Entry("early-resolve-csa-producers",
           "scheduling hints only (pypto-lib #915: aer on six CSA decode producers), after every rewrite that "
