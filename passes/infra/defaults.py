@@ -158,8 +158,8 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "final: the O-A tiles read the window, the release follows them), before dequant-into-owner-windows, "
           "which never touches the all-to-all: it fuses the HCA merge-pack with the O path's all-to-all put "
           "(pypto-lib #1170 (b)); no-op at TP1. Off: the model says upstream's 4-token tiles hurt (flash TP4 merge + "
-          "publish stage 183.6 -> 575.9 us: pypto partitions the 4-token local part into 2304 tasks instead of "
-          "48; with publish_tokens = 22, the merge-pack's own block, 183.6 -> 145.1 us, -21 %), there is no "
+          "publish stage 169.9 -> 562.4 us: pypto partitions the 4-token local part into 2304 tasks instead of "
+          "48; with publish_tokens = 22, the merge-pack's own block, 169.9 -> 120.4 us, -29 %), there is no "
           "hardware figure to check either against (held back), and turning it on changes the HCA TP > 1 sources",
           enabled=False),
     Entry("dequant-into-owner-windows",
