@@ -17,7 +17,7 @@ platform file of its ASCEND_910B2 cost model.
 | per-core GM rate | 32 B/cycle | `A2A3.ini [AICoreMemoryRates] ddr_rate=32`: one core cannot pull more than 57.6 GB/s |
 | cube peak | 2·16·16·16 FLOP/cycle/AIC (int8 2·16·32·16) | the fractal above; 24 AICs × 8192 FLOP × 1.8 GHz = 353.9 TFLOPS, the published 910B2 figure (353.8) |
 | vector peak | 64 fp32 (128 × 16-bit) lanes/cycle/AIV | `A2A3.ini vec_calc_size=128`; 48 AIVs × 128 × 2 (FMA) × 1.8 GHz = 22 TFLOPS fp16, the published figure |
-| inter-chip link | 196 GB/s per chip | public `HWConf` 910B2 `intra_node_bandwidth=196 GB/s` (HCCS); the collectives' remote bytes only |
+| inter-chip link | 196 GB/s per chip | public `HWConf` 910B2 `intra_node_bandwidth=196 GB/s` (HCCS); the collectives' remote bytes only: the roofline's link term and the schedule model's rule 10 (perf/schedule.py) |
 | AICPU dispatch | 930 cycles per task | pypto's cost-model parameters (`_simulate.config.ini` of every SIM run): `AICPU.completionCycles=240` + `resolveCycles=390` + `schedulerCycles=200` + `Device.submitLatency=100`: completion of a predecessor → resolve → schedule → submit |
 | AICPU scheduler threads | 3 | the chip's AICPU runs 3 scheduler threads that dispatch the AICore blocks (pypto-lib public tuning notes of the DSpark decode layers; perf/calibration/facts.toml); the schedule model's block dispatchers |
 | copy into L1 / UB | 1400 cycles + bytes / 95 B/cycle | read from the cost model's per-pipe logs: one MTE_IN pipe per core runs the copies one after the other (kernels/qkv.py, kernels/compressor.py notes) |
