@@ -20,15 +20,7 @@ from lowering.taskgraph import TaskGraph
 
 from .costs import CostSource, KernelCost
 from .roofline import Bound, Floor, Work, chip_bound, floor, task_work
-from .schedule import (
-    Schedule,
-    ScheduleParams,
-    alone_cycles,
-    chip_cost,
-    cross_rank_note,
-    sched_tasks,
-    schedule,
-)
+from .schedule import Schedule, ScheduleParams, cross_rank_note, sched_tasks, schedule
 
 
 @dataclass
@@ -158,8 +150,7 @@ def estimate(tg: TaskGraph, source: CostSource, params: ScheduleParams | None = 
         b = chip_bound(work, hw)
         c = costs[t.id]
         run = sched.runs[t.id]
-        alone = (alone_cycles(st, chip_cost(st, c, params), params) - params.dispatch_cycles
-                 if st.core != "none" else 0.0)
+        alone = run.alone - params.dispatch_cycles if st.core != "none" else 0.0
         note = "; ".join(x for x in (c.note, cross_rank_note(st, params)) if x)
         rows.append(KernelRow(t.id, t.name, t.op, st.core, st.blocks, c.source, note, hw.us(c.span),
                               hw.us(alone), hw.us(run.start), hw.us(run.finish), b.us(), b.limit, work.bytes,

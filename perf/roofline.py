@@ -498,8 +498,7 @@ def task_work(task: Task) -> Work:
             w.vector_ops += flops / 4 / _head_dim(task) * _SOFTMAX_OPS
     if cube is None or task.core != "cube":
         w.vector_ops += largest * rule.vector_factor
-    if task.collective:
-        w.remote += remote_bytes(task)
+    w.remote += remote_bytes(task)
     return w
 
 
@@ -644,8 +643,7 @@ def floor(tg, hw: Hardware = HARDWARE) -> Floor:
                 reads[k] = max(reads.get(k, 0.0), read)
             if written and (kind == "inout" or a.view.buffer in outputs):
                 writes[k] = max(writes.get(k, 0.0), written)
-        if t.collective:
-            exchange += remote_bytes(t)
+        exchange += remote_bytes(t)
     parts = {"inputs": 0.0, "caches": 0.0, "outputs": 0.0}
     for per_key, is_write in ((reads, False), (writes, True)):
         per_buffer: dict[str, float] = {}

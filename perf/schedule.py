@@ -321,11 +321,16 @@ def cross_rank_note(task: SchedTask, params: ScheduleParams) -> str:
         return ""
     parts = []
     if task.remote_bytes > 0 and task.link != "none":
-        us = task.remote_bytes / params.link_bytes_per_s * 1e6
+        us = params.us(link_cycles(task, params))
         parts.append(f"link {task.remote_bytes / 1e6:.2f} MB = {us:.1f} µs at the link's peak ({task.link})")
     if task.signals > 0:
         parts.append(f"{task.signals} signal task{'s' if task.signals > 1 else ''}")
     return "rule 10: " + ", ".join(parts)
+
+
+def link_cycles(task: SchedTask, params: ScheduleParams) -> float:
+    """Rule 10: the task's remote bytes at the link's peak bandwidth, in cycles."""
+    return task.remote_bytes / params.link_bytes_per_s * params.clock_hz
 
 
 def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> KernelCost:
@@ -333,7 +338,7 @@ def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> Kern
     term off or nothing sent)."""
     if not params.cross_rank or task.remote_bytes <= 0 or task.link == "none":
         return cost
-    link = task.remote_bytes / params.link_bytes_per_s * params.clock_hz
+    link = link_cycles(task, params)
     span = max(cost.span, link) if task.link == "overlap" and params.link_overlap else cost.span + link
     return replace(cost, span=span)
 
@@ -379,7 +384,7 @@ def alone_cycles(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> f
     n = params.cores(task.core)
     waves = math.ceil(task.blocks / n)
     d = block_cycles(task, cost, params)
-    tail = signal_tail(task, params)[0] - task.signals * params.hop_cycles if params.cross_rank else 0.0
+    tail = task.signals * (params.dispatch_cycles + params.block_dispatch_cycles) if params.cross_rank else 0.0
     if params.dispatchers <= 0:
         return params.dispatch_cycles + max(cost.span, waves * d) + tail
     c = params.block_dispatch_cycles

@@ -13,6 +13,7 @@ at import and a renamed `name` needs no other change.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -192,17 +193,16 @@ class CrossRank:
     def __post_init__(self):
         if self.link not in ("overlap", "before", "none"):
             raise ValueError(f"CrossRank.link must be overlap | before | none, got {self.link!r}")
-        if self.signals < 0 or (self.readback_signals or 0) < 0:
+        if self.signals < 0:
             raise ValueError(f"CrossRank.signals must be >= 0, got {self.signals}")
+        if self.readback_signals is not None and self.readback_signals < 0:
+            raise ValueError(f"CrossRank.readback_signals must be >= 0, got {self.readback_signals}")
 
     def sent_bytes(self, shape: Sequence[int], dtype_name: str, tp: int) -> float:
         """Bytes this rank sends over the link, given the exchanged argument's concrete shape and dtype."""
         if self.link == "none" or tp <= 1:
             return 0.0
-        n = 1
-        for d in shape:
-            n *= int(d)
-        size = n * dtype(self.wire or dtype_name).itemsize
+        size = math.prod(int(d) for d in shape) * dtype(self.wire or dtype_name).itemsize
         return size * (tp - 1) / tp if self.whole_group else float(size * (tp - 1))
 
 

@@ -115,6 +115,8 @@ def test_a_declaration_rejects_unknown_compositions():
         CrossRank("x", "sideways")
     with pytest.raises(ValueError, match="signals"):
         CrossRank("x", "none", -1)
+    with pytest.raises(ValueError, match="readback_signals must be >= 0"):
+        CrossRank("x", "overlap", 1, readback_signals=-1)
     assert CrossRank("x", "overlap", exchanged="out").sent_bytes((8, 4), "bf16", 4) == 8 * 4 * 2 * 3 / 4
     assert CrossRank("x", "overlap", whole_group=False, wire="f32").sent_bytes((8, 4), "bf16", 4) == 8 * 4 * 4 * 3
     assert CrossRank("x", "overlap").sent_bytes((8, 4), "bf16", 1) == 0
