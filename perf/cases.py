@@ -15,12 +15,18 @@ Both sides are lowered and costed by perf/ab.py's variant machinery (`lower_vari
 Δ here is the change in % of before, (after − before) / before: negative = faster, as the published figures read.
 Verdict (the acceptance of issue 16): the sign right (a Δ within ±FLAT points counts as no change), |Δ error| ≤
 DELTA_POINTS points, and both absolutes within ±ABSOLUTE_PCT %. Trust flags (perf/trust.py) qualify the Δ.
+
+The rule matrix (`rule_matrix`): every case again under each combination of the chip model's switchable rules
+(RULE_AXES: rule 7's block issue, rule 9's early dispatch, rule 10's cross-rank steps), rescheduled with the same
+kernel costs and the committed constants. It is a sensitivity, not a refit: it shows which verdicts rest on a rule
+the facts do not pin down, and whether any combination would meet the acceptance.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -397,7 +403,7 @@ def predict_side(g, case: CorpusCase, pipe: Pipe, source: CostSource, params: Sc
 
 
 def run_cases(cases: Sequence[CorpusCase], source: CostSource, params: ScheduleParams | None = None, *,
-              progress: Any = None) -> "CasesReport":
+              progress: Any = None, rules: bool = True) -> "CasesReport":
     params = params or ScheduleParams()
     out = []
     for case in cases:
@@ -415,7 +421,61 @@ def run_cases(cases: Sequence[CorpusCase], source: CostSource, params: ScheduleP
                           var_latency=res.after_us)
         if progress is not None:
             progress.update(1)
-    return CasesReport(out, source.name, params)
+    report = CasesReport(out, source.name, params)
+    if rules:
+        report.rules = rule_matrix(report)
+    return report
+
+
+# ---- the model's rules ---------------------------------------------------------------------------------------
+RULE_AXES = (("block_issue", ("cores", "grid")), ("early_dispatch", (True, False)), ("cross_rank", (True, False)))
+
+
+@dataclass
+class RuleRun:
+    """The corpus under one combination of the switchable rules: per case result, its (before, after) µs (None
+    when not predicted) and verdict."""
+    params: ScheduleParams
+    sides: list[tuple[float | None, float | None]]
+    verdicts: list[dict[str, bool | None]]
+    committed: bool = False          # the combination `report.params` has: its figures are the report's own
+
+    def rules(self) -> dict[str, Any]:
+        return {name: getattr(self.params, name) for name, _ in RULE_AXES}
+
+    def label(self) -> tuple[str, ...]:
+        p = self.params
+        return (p.block_issue, "on" if p.early_dispatch else "off", "on" if p.cross_rank else "off")
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """verdict key → (passed, judged)."""
+        out = {}
+        for key in ("sign", "delta", "absolute"):
+            vals = [v[key] for v in self.verdicts if v[key] is not None]
+            out[key] = (sum(vals), len(vals))
+        return out
+
+
+def rule_matrix(report: "CasesReport") -> list[RuleRun]:
+    """Every predicted case rescheduled under each combination of RULE_AXES (module docstring); [] for a model
+    without block dispatch (the legacy model: the rules change nothing there)."""
+    base = report.params
+    if base.dispatchers <= 0:
+        return []
+    runs = []
+    for values in itertools.product(*(v for _, v in RULE_AXES)):
+        params = replace(base, **dict(zip((name for name, _ in RULE_AXES), values)))
+        sides: list[tuple[float | None, float | None]] = []
+        for r in report.results:
+            if r.before is None or r.after is None:
+                sides.append((None, None))
+                continue
+            sides.append((scope_latency(r.before, params, r.case.scope),
+                          scope_latency(r.after, params, r.case.scope)))
+        verdicts = [verdict(r.case.hw, b, a) for r, (b, a) in zip(report.results, sides)]
+        committed = all(getattr(params, name) == getattr(base, name) for name, _ in RULE_AXES)
+        runs.append(RuleRun(params, sides, verdicts, committed))
+    return runs
 
 
 # ---- the report ----------------------------------------------------------------------------------------------
@@ -425,6 +485,7 @@ class CasesReport:
     source: str
     params: ScheduleParams
     notes: list[str] = field(default_factory=list)
+    rules: list[RuleRun] = field(default_factory=list)     # the rule matrix (rule_matrix), [] when not run
 
     def table(self) -> list[str]:
         lines = ["| case | PR | scope | hardware before → after (Δ) | predicted before → after (Δ) | Δ error | "
@@ -450,6 +511,25 @@ class CasesReport:
         skipped = sum(1 for r in self.results if r.before_us is None)
         return "; ".join(parts) + (f"; {skipped} not predicted" if skipped else "")
 
+    def rule_table(self) -> list[str]:
+        """The rule matrix as a table: one row per combination, the verdict counts, then each measured case's
+        predicted Δ and its verdict (sign, Δ, absolute)."""
+        if not self.rules:
+            return []
+        shown = [i for i, r in enumerate(self.results) if r.case.hw.delta is not None]
+        head = ["block issue (rule 7)", "early dispatch (rule 9)", "cross-rank steps (rule 10)", "signs",
+                f"Δ ±{DELTA_POINTS:g}", f"abs ±{ABSOLUTE_PCT:g} %"] + [self.results[i].case.name for i in shown]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for run in self.rules:
+            counts = run.counts()
+            cells = [f"**{x}**" if run.committed else x for x in run.label()]
+            cells += [f"{counts[k][0]}/{counts[k][1]}" for k in ("sign", "delta", "absolute")]
+            for i in shown:
+                b, a = run.sides[i]
+                cells.append("–" if b is None else f"{_pct(change(b, a))} ({_verdict(run.verdicts[i])})")
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
     def markdown(self) -> str:
         lines = ["# dspark ab --cases: the case corpus against the estimate", "",
                  f"Cost source: **{self.source}**; schedule model perf/schedule.py `{self.params.name}` "
@@ -463,6 +543,12 @@ class CasesReport:
         lines += [f"- {n}" for n in self.notes]
         lines += ["", f"**{self.summary()}**", ""] + self.table() + ["", "Trust flags next to a predicted Δ:", ""]
         lines += [f"- **{k}**: {v}" for k, v in LEGEND.items()]
+        if self.rules:
+            lines += ["", "## The model's rules", "",
+                      "Every case rescheduled under each combination of the chip model's switchable rules, with the "
+                      "same kernel costs and the committed constants (a sensitivity, not a refit); bold: the "
+                      "combination above. Per case: the predicted Δ and its verdict (sign, Δ, absolute).", ""]
+            lines += self.rule_table()
         lines += ["", "## Cases", ""]
         for r in self.results:
             c = r.case
@@ -479,8 +565,9 @@ class CasesReport:
             if r.trust is not None:
                 d = r.trust.detail
                 others = ", ".join(f"`{m}` {_pct(v)}" for m, v in d["delta_other_block_models_pct"].items())
+                issue = ", ".join(f"`{m}` {_pct(v)}" for m, v in d["delta_other_block_issue_pct"].items())
                 lines.append(f"- sensitivity (improvement %): ours {_pct(r.trust.delta)}, other block models "
-                             f"{others}, far kernels at roofline "
+                             f"{others}, {'other block issue ' + issue + ', ' if issue else ''}far kernels at roofline "
                              f"{_pct(d['delta_far_at_roofline_pct'])} ({', '.join(d['far_kernels']) or 'none'}), "
                              f"no link overlap {_pct(d['delta_link_serial_pct'])}; "
                              f"{100 * d['roofline_share']:.0f} % of the per-task change is on roofline-only tasks")
@@ -493,7 +580,11 @@ class CasesReport:
         model = {"cost_source": self.source, "schedule": self.params.name, "block_model": self.params.block_model,
                  "block_issue": self.params.block_issue, "early_dispatch": self.params.early_dispatch,
                  "cross_rank": self.params.cross_rank}
-        return [{**r.to_json(), "model": model} for r in self.results]
+        rows = [{**r.to_json(), "model": model} for r in self.results]
+        for i, row in enumerate(rows):
+            row["rules"] = [{**run.rules(), "before_us": run.sides[i][0], "after_us": run.sides[i][1],
+                             "verdict": run.verdicts[i]} for run in self.rules]
+        return rows
 
 
 def _side(before: float | None, after: float | None, delta: float | None, published: bool = False) -> str:

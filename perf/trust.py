@@ -1,7 +1,7 @@
 """Trust flags: when an estimated Δ between two variants should not be believed at face value.
 
     t = trust(ref, var, params, globs=())     # two VariantResults (perf/ab.py), optionally one stage of them
-    t.flags                                   # ("F", "R", "B", "L") subset, shown next to the Δ; LEGEND explains them
+    t.flags                                   # ("F", "R", "B", "I", "L") subset, next to the Δ; LEGEND explains
 
 A Δ is the improvement of `var` over `ref` in % of `ref` (positive = faster), over the whole layer or over the
 tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
@@ -11,6 +11,10 @@ tasks matching `globs` scheduled alone (perf/ab.py `stage_tasks`). It is flagged
   R  when it comes mostly from roofline-only tasks (collectives, kernels without a pypto template, failed
      simulations): at least ROOFLINE_SHARE of the summed per-task change of alone time is on such tasks;
   B  when its sign flips under any other block model (`work`, `span`, `grid`: perf/schedule.py rule 2);
+  I  when its sign flips under the other block-issue rule (`cores` | `grid`: perf/schedule.py rule 7, which
+     blocks of a grid wider than its cores the AICPU's dispatchers pay for; only with block dispatch on). The
+     corpus's facts do not decide between the two (docs/seed-baselines.md, "HCA sparse-attention stage"), so a
+     Δ whose sign rests on one of them says so;
   L  when its sign flips with no collective's link transfer overlapping its local part (perf/schedule.py rule 10,
      `link_overlap = False`: the transfers of pushes and fused publishes add to their local parts instead).
 A Δ within ±FLAT points has no sign (a flip needs two signed Δs).
@@ -21,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .costs import KernelCost, roofline_cost
-from .schedule import BLOCK_MODELS, ScheduleParams, sched_tasks, schedule
+from .schedule import BLOCK_ISSUE, BLOCK_MODELS, ScheduleParams, sched_tasks, schedule
 
 FAR_RATIO = 10.0        # a cost-model kernel this many times over its chip roofline is "far" from it
 TOLERANCE = 5.0         # points of Δ: the corpus's acceptance band (perf/cases.py)
@@ -34,6 +38,7 @@ LEGEND = {
     "R": f"the Δ comes mostly (≥ {100 * ROOFLINE_SHARE:.0f} % of the per-task change) from roofline-only tasks "
          "(collectives, untemplated kernels): lower bounds, not simulations",
     "B": "the sign of the Δ flips under another block model (`work`, `span`, `grid`)",
+    "I": "the sign of the Δ flips under the other block-issue rule (schedule rule 7: `cores` | `grid`)",
     "L": "the sign of the Δ flips when no collective's link transfer overlaps its local part (schedule rule 10's "
          "`overlap` read as `before`)",
 }
@@ -56,6 +61,14 @@ class Trust:
 def other_block_models(params: ScheduleParams) -> tuple[str, ...]:
     """The block models a Δ is checked against (flag B): every one but `params`'."""
     return tuple(m for m in BLOCK_MODELS if m != params.block_model)
+
+
+def other_block_issue(params: ScheduleParams) -> str | None:
+    """The block-issue rule a Δ is checked against (flag I): the one `params` does not use; None without block
+    dispatch (the rule then changes nothing)."""
+    if params.dispatchers <= 0 or params.block_dispatch_cycles <= 0:
+        return None
+    return next(r for r in BLOCK_ISSUE if r != params.block_issue)
 
 
 def improvement(ref: float, var: float) -> float | None:
@@ -143,13 +156,22 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
         flags.append("R")
     if any(flips(delta, d) for d in d_block.values()):
         flags.append("B")
+    d_issue = None
+    issue = other_block_issue(params)
+    if issue is not None:
+        other = replace(params, block_issue=issue)
+        d_issue = improvement(scope_latency(ref, other, globs), scope_latency(var, other, globs))
+        if flips(delta, d_issue):
+            flags.append("I")
     d_link = None
     if params.cross_rank:
         serial = replace(params, link_overlap=False)
         d_link = improvement(scope_latency(ref, serial, globs), scope_latency(var, serial, globs))
         if flips(delta, d_link):
             flags.append("L")
-    return Trust(delta, tuple(flags), {"delta_other_block_models_pct": d_block, "delta_link_serial_pct": d_link,
+    return Trust(delta, tuple(flags), {"delta_other_block_models_pct": d_block,
+                                       "delta_other_block_issue_pct": {issue: d_issue} if issue else {},
+                                       "delta_link_serial_pct": d_link,
                                        "delta_far_at_roofline_pct": d_far,
                                        "far_kernels": sorted(far_ref | far_var), "roofline_share": share,
                                        "changed_alone_us": changed})

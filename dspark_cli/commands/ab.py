@@ -233,6 +233,11 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
     print(report.summary())
     for row in report.table():
         print(row)
+    if report.rules:
+        print("\nThe model's rules (every case rescheduled under each combination, committed constants, bold = the "
+              "one above):")
+        for row in report.rule_table():
+            print(row)
     print("trust flags: " + "; ".join(f"{k} = {v}" for k, v in _legend().items()))
     print(f"wrote {', '.join(str(out.shown / Path(w).relative_to(out.root)) for w in written)}")
     return 0

@@ -100,7 +100,9 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "from one block per [8, 512] tile (512 at flash TP4) to the later public decode_o_proj's cyclic workers "
           "(12 per reduce-scatter owner, policy.O_DEQUANT_WORKERS for all owners); before "
           "dequant-into-owner-windows, which replaces the dequant when it is on. On: the captured code of the chip "
-          "swimlane (fa5bf7e) runs the dequant per owner on 12 workers, not 512 blocks"),
+          "swimlane (fa5bf7e) runs the dequant per owner on 12 workers, not 512 blocks. Its Δ is flagged I: "
+          "alone it costs 1.2-1.4 % per flash TP4 layer under the chip model's `cores` issue rule and gains "
+          "6.9-8.0 % under `grid` (512 logical blocks issued), and no figure decides between the two"),
     Entry("o-proj-valid-rows",
           "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
           "the step's valid rows; it needs the quant -> proj_b -> dequant chain the layer builds (no pass before "

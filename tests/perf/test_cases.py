@@ -3,6 +3,7 @@ stub or roofline costs on the tiny config."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -296,6 +297,54 @@ def test_cli_block_issue_selects_the_issue_rule(tmp_path, capsys):
         if cores["predicted"] is not None:
             assert grid["predicted"]["before_us"] >= cores["predicted"]["before_us"]
             assert grid["predicted"]["after_us"] >= cores["predicted"]["after_us"]
+
+
+@pytest.fixture(scope="module")
+def chip_report(corpus):
+    """The tiny corpus under the chip model, on a small budget (2 AIVs, 1 AIC, 2 core groups) so that the
+    block-issue rule changes the figures."""
+    return run_cases(corpus, FunctionCosts(stub), replace(ScheduleParams.chip(), vector_cores=2, cube_cores=1))
+
+
+def test_the_rule_matrix_reschedules_every_case_under_each_rule_combination(chip_report):
+    runs = chip_report.rules
+    assert len(runs) == 8 and len({run.label() for run in runs}) == 8
+    committed = [run for run in runs if run.committed]
+    assert len(committed) == 1
+    base = chip_report.params
+    assert committed[0].label() == (base.block_issue, "on" if base.early_dispatch else "off",
+                                    "on" if base.cross_rank else "off")
+    for i, r in enumerate(chip_report.results):       # the committed row is the report's own figures
+        assert committed[0].sides[i] == ((r.before_us, r.after_us) if r.before_us is not None else (None, None))
+    for run in runs:
+        for r, (b, a), v in zip(chip_report.results, run.sides, run.verdicts):
+            assert v == verdict(r.case.hw, b, a)
+            assert (b is None) == (r.before_us is None)
+    by_rules = {run.label(): run for run in runs}
+    split = 0                                          # tiny-swa-split, a whole-layer case
+    for early in ("on", "off"):                        # the issue rule moves the figures (either way: issuing
+        for cross in ("on", "off"):                    # more blocks can reorder a list schedule)
+            cores, grid = by_rules[("cores", early, cross)], by_rules[("grid", early, cross)]
+            assert grid.sides[split] != cores.sides[split]
+
+
+def test_the_rule_matrix_is_in_the_json_markdown_and_cli(chip_report, report, tmp_path, capsys):
+    doc = chip_report.to_json()
+    rules = doc[0]["rules"]
+    assert len(rules) == 8 and {"block_issue", "early_dispatch", "cross_rank", "before_us", "after_us",
+                                "verdict"} <= set(rules[0])
+    assert doc[4]["rules"][0]["before_us"] is None                  # the unsupported case
+    md = chip_report.markdown()
+    assert "## The model's rules" in md and "| block issue (rule 7) |" in md
+    header = next(line for line in chip_report.rule_table() if line.startswith("| block issue"))
+    assert "tiny-swa-split" in header and "tiny-hc-pre" in header and "tiny-held-back" not in header
+    assert report.rules == [] and "## The model's rules" not in report.markdown()   # legacy model: no dispatch
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    assert main(["ab", "--cases", str(path), "--source", "roofline", "--no-progress", "-o",
+                 str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "The model's rules" in printed and "| **cores** |" in printed
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

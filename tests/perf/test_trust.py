@@ -124,3 +124,39 @@ def test_a_gain_that_rests_on_a_link_overlap_is_flagged_l():
     quick = fused(1800.0)
     assert quick.delta > 0 and quick.detail["delta_link_serial_pct"] > 0 and "L" not in quick.flags
     assert fused(2.7e6, ScheduleParams()).detail["delta_link_serial_pct"] is None      # rule 10 off: no check
+
+
+INSERT_STAGE = ["swa.swa_cache_*", "swa.swa_valid_bias"]
+
+
+def issue_params(block_dispatch_cycles: float, dispatchers: int = 1) -> ScheduleParams:
+    """A chip budget of 2 AIVs and one slow dispatcher, so issuing a grid's every block (rule 7 `grid`) costs far
+    more than issuing one block per core (`cores`)."""
+    return ScheduleParams(block_model="grid", dispatchers=dispatchers, block_dispatch_cycles=block_dispatch_cycles,
+                          vector_cores=2, cube_cores=1, name="issue")
+
+
+def insert_stage_trust(params: ScheduleParams):
+    """The split of the fused insert (a 1-block task of 0.1 M cycles) into its wider writeback and bias tasks, over
+    those tasks alone."""
+    c = run(costs("pypto", insert_cycles=1e5), params)
+    return trust(c.results["all-off"], c.results["+split-writeback-bias"], params, INSERT_STAGE)
+
+
+def test_a_gain_whose_sign_flips_under_the_other_block_issue_rule_is_flagged_i():
+    """Issuing one block per core, the split's grids cost little and the split wins; issuing every logical block
+    of them through the slow dispatcher, it loses. Flagged I, with the other rule's Δ in the detail."""
+    t = insert_stage_trust(issue_params(2e4))
+    other = t.detail["delta_other_block_issue_pct"]
+    assert set(other) == {"grid"} and t.delta > 5 and other["grid"] < -5 and "I" in t.flags
+    quick = insert_stage_trust(issue_params(1e4))           # a faster dispatcher: the split wins under both rules
+    assert quick.delta > 0 and quick.detail["delta_other_block_issue_pct"]["grid"] > 0 and "I" not in quick.flags
+    from dataclasses import replace
+
+    grid_first = insert_stage_trust(replace(issue_params(2e4), block_issue="grid"))     # checked the other way
+    assert set(grid_first.detail["delta_other_block_issue_pct"]) == {"cores"} and "I" in grid_first.flags
+
+
+def test_without_block_dispatch_the_issue_rule_is_not_checked():
+    t = insert_stage_trust(issue_params(2e4, dispatchers=0))
+    assert t.detail["delta_other_block_issue_pct"] == {} and "I" not in t.flags
