@@ -5,18 +5,21 @@
     fit = calibrate(facts, tasks, costs)               # constants, residuals (deterministic)
     fit.to_json(); swimlane_table(facts, tasks, costs, params)
 
-Free constants (perf/schedule.py rules 6-8): H = `hop_cycles`, c = `block_dispatch_cycles`, L = `launch_cycles`.
+Free constants (perf/schedule.py rules 6-8): H = `hop_cycles`, S = `kernel_start_cycles`, c =
+`block_dispatch_cycles`, L = `launch_cycles`.
 Everything else is the chip's (dspark_ir/hardware.py: dispatch D, cores, the AICPU's 3 dispatchers).
 
 What each fact predicts under the model:
 * swimlane makespan: the AICore makespan of our graph scheduled by the chip model (the graph of the captured
   code: HCA decode, default pipeline, the case's shape), vs 866.16 µs; its static critical path (the longest
   chain of tasks alone, no hops, no core limits: schedule rule 5) vs 591.32 µs;
-* swimlane gaps: D + H + c (a consumer's first block starts that long after its producer finishes: ready after
-  D + H, then one block issue) vs the mean of the critical-path gaps that are producer -> consumer waits
-  (the model has one gap, so it is fitted to their mean, not to each: relative errors of single gaps would
-  weigh a 0.2 µs gap like a 9.5 µs one; a zero gap is a repeat of one task back to back, its blocks issued
-  while the previous one ran, and the one 30.76 µs wait is excluded by the facts file);
+* swimlane gaps: D + H + S + c before a kernel (a consumer's first block starts that long after its producer
+  finishes: ready after D + H + S, then one block issue) vs the mean of the critical-path gaps before the
+  chip's compute tasks, and D + H + c vs the mean of those before its signal tasks (waits, completes, retires:
+  what rule 10 models as signal tasks). The model has one gap of each kind, so each is fitted to its mean, not
+  to every gap: relative errors of single gaps would weigh a 0.2 µs gap like a 9.5 µs one; a zero gap is a
+  repeat of one task back to back, its blocks issued while the previous one ran, and the one 30.76 µs wait is
+  excluded by the facts file. (A facts file with one `hop_gaps_us` list compares its mean with D + H + c.);
 * a launch probe of T tasks x B blocks (each block's own compute taken as zero): L + the model's makespan of
   that graph (a chain when `serial`, else T independent tasks);
 * per-block dispatch of a B-block vector task: ceil(min(B, 48) / K) · c / B;
@@ -26,12 +29,14 @@ What each fact predicts under the model:
 * the seed cases of the corpus (perf/cases, `[fit] cases` names which): each side with a published absolute,
   its scope's makespan (`dspark ab --cases`' prediction) vs the published µs.
 The loss is Σ weight_group · Σ (predicted / measured − 1)²; the per-task group is normalised by its size so that
-it cannot drown the global facts. The fit is a deterministic grid search refined by halving (no random
-start, no library optimiser: scipy is not in the venv): the same facts and costs give the same bits.
+it cannot drown the global facts. The fit is a deterministic grid search over (H, c, S), each point with its
+best L, refined by halving (no random start, no library optimiser: scipy is not in the venv): the same facts
+and costs give the same bits.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import dataclass, replace
@@ -51,8 +56,11 @@ from .schedule import CHIP_BLOCK_MODEL, FITTED, SchedTask, ScheduleParams, dispa
 FACTS = Path(__file__).parent / "calibration" / "facts.toml"
 RESULT = Path(__file__).parent / "calibration" / "result.json"
 TOLERANCE = 0.25            # a task "matches" within ±25 %
-# Search box (µs) of each free constant: (low, high, first step).
-BOX = {"hop_cycles": (0.0, 12.0, 0.5), "block_dispatch_cycles": (0.0, 4.0, 0.25), "launch_cycles": (0.0, 150.0, 5.0)}
+# Search box (µs) of each free constant: (low, high, first step). SEARCH: the constants on the grid (L is searched
+# per grid point: it only shifts the probes).
+BOX = {"hop_cycles": (0.0, 12.0, 1.0), "block_dispatch_cycles": (0.0, 4.0, 0.5), "kernel_start_cycles": (0.0, 8.0, 1.0),
+       "launch_cycles": (0.0, 150.0, 5.0)}
+SEARCH = ("hop_cycles", "block_dispatch_cycles", "kernel_start_cycles")
 
 
 class CalibrationError(ValueError):
@@ -194,8 +202,16 @@ def block_dispatch_us(blocks: int, params: ScheduleParams) -> float:
     return params.us(math.ceil(issued / k) * params.block_dispatch_cycles) / blocks
 
 
-def gap_us(params: ScheduleParams) -> float:
-    return params.us(params.dispatch_cycles + params.hop_cycles + params.block_dispatch_cycles)
+def gap_us(params: ScheduleParams, kernel: bool = False) -> float:
+    """The model's producer -> consumer gap (rule 6 + one block issue, rule 7), before a kernel or before a task
+    with nothing to run (a signal task)."""
+    start = params.kernel_start_cycles if kernel else 0.0
+    return params.us(params.dispatch_cycles + params.hop_cycles + start + params.block_dispatch_cycles)
+
+
+def _mean_positive(gaps) -> tuple[int, float]:
+    waits = [float(g) for g in gaps if g > 0]
+    return len(waits), (sum(waits) / len(waits) if waits else 0.0)
 
 
 @dataclass
@@ -225,10 +241,13 @@ def residuals(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
             out.append(Residual("swimlane_static_critical", "static critical path (infinite cores)",
                                 float(facts["swimlane"]["static_critical_us"]),
                                 params.us(schedule(tasks, costs, params).critical)))
-    waits = [float(g) for g in facts["gaps"]["hop_gaps_us"] if g > 0]
-    if waits:
-        out.append(Residual("swimlane_gaps", f"mean of {len(waits)} producer -> consumer gaps", sum(waits) / len(waits),
-                            gap_us(params)))
+    gaps = facts["gaps"]
+    for key, what, kernel in (("kernel_gaps_us", "gaps before a compute task", True),
+                              ("signal_gaps_us", "gaps before a signal task", False),
+                              ("hop_gaps_us", "producer -> consumer gaps", False)):
+        n, mean = _mean_positive(gaps.get(key, ()))
+        if n:
+            out.append(Residual("swimlane_gaps", f"mean of {n} {what}", mean, gap_us(params, kernel)))
     for p in facts["probe"]:
         out.append(Residual("probes", p["name"], float(p["us"]), probe_us(p, params)))
     for d in facts["block_dispatch"]:
@@ -264,7 +283,10 @@ class Fit:
 
     def to_json(self) -> dict:
         p = self.params
-        sources = {"hop_cycles": "fitted: swimlane gaps + makespan, serial launch probes",
+        sources = {"hop_cycles": "fitted: the swimlane's gaps before its signal tasks, its makespan, the serial "
+                                 "launch probes",
+                   "kernel_start_cycles": "fitted: the swimlane's gaps before its compute tasks (against those "
+                                          "before its signal tasks and the empty probe tasks), its makespan",
                    "block_dispatch_cycles": "fitted: per-block dispatch (48 / 32 blocks), parallel probes, "
                                             "swimlane makespan and task spans",
                    "launch_cycles": "fitted: the launch probes (1 x 1 = 79.7 µs and the others)"}
@@ -288,22 +310,22 @@ class Fit:
 
 def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
               base: ScheduleParams | None = None, rounds: int = 6, cases: Sequence[CaseSide] = ()) -> Fit:
-    """Grid search over (H, c) in BOX, each point with its best L (L only shifts the probes, so it is searched
-    on the residuals of one schedule run), then `rounds` refinements of the grid around the best point with the
-    steps halved: deterministic, no random start."""
+    """Grid search over the SEARCH constants in BOX, each point with its best L (L only shifts the probes, so it is
+    searched on the residuals of one schedule run), then `rounds` refinements of the grid around the best point
+    with the steps halved: deterministic, no random start."""
     base = base or ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip")
     weights = facts["fit"]
     evaluations = 0
 
-    def at(h: float, c: float, launch: float) -> ScheduleParams:
-        return replace(base, hop_cycles=HARDWARE.cycles(h * 1e-6), block_dispatch_cycles=HARDWARE.cycles(c * 1e-6),
-                       launch_cycles=HARDWARE.cycles(launch * 1e-6))
+    def at(point: Sequence[float], launch: float) -> ScheduleParams:
+        values = dict(zip(SEARCH, point), launch_cycles=launch)
+        return replace(base, **{k: HARDWARE.cycles(v * 1e-6) for k, v in values.items()})
 
-    def best_launch(h: float, c: float) -> tuple[float, float]:
-        """(loss, L) with the best L for this (H, c): probes re-priced by L alone, the rest fixed."""
+    def best_launch(point: tuple[float, ...]) -> tuple[float, float]:
+        """(loss, L) with the best L for this point: probes re-priced by L alone, the rest fixed."""
         nonlocal evaluations
         evaluations += 1
-        res = residuals(facts, tasks, costs, at(h, c, 0.0), cases)
+        res = residuals(facts, tasks, costs, at(point, 0.0), cases)
         lo, hi, step = BOX["launch_cycles"]
         best = (math.inf, lo)
         for r in range(rounds + 2):
@@ -318,24 +340,23 @@ def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
             step /= 2
         return best
 
-    (h_lo, h_hi, h_step), (c_lo, c_hi, c_step) = BOX["hop_cycles"], BOX["block_dispatch_cycles"]
-    grid_h = [h_lo + i * h_step for i in range(int(round((h_hi - h_lo) / h_step)) + 1)]
-    grid_c = [c_lo + i * c_step for i in range(int(round((c_hi - c_lo) / c_step)) + 1)]
-    seen: dict[tuple[float, float], tuple[float, float]] = {}
-    best = (math.inf, 0.0, 0.0, 0.0)
-    for r in range(rounds + 1):
-        for h in grid_h:
-            for c in grid_c:
-                key = (round(h, 9), round(c, 9))
-                if key not in seen:
-                    seen[key] = best_launch(*key)
-                value, launch = seen[key]
-                if value < best[0] - 1e-15:
-                    best = (value, key[0], key[1], launch)
-        h_step, c_step = h_step / 2, c_step / 2
-        grid_h = [min(h_hi, max(h_lo, best[1] + i * h_step)) for i in range(-2, 3)]
-        grid_c = [min(c_hi, max(c_lo, best[2] + i * c_step)) for i in range(-2, 3)]
-    params = at(best[1], best[2], best[3])
+    steps = [BOX[k][2] for k in SEARCH]
+    grids = [[BOX[k][0] + i * BOX[k][2] for i in range(int(round((BOX[k][1] - BOX[k][0]) / BOX[k][2])) + 1)]
+             for k in SEARCH]
+    seen: dict[tuple[float, ...], tuple[float, float]] = {}
+    best: tuple[float, tuple[float, ...], float] = (math.inf, tuple(0.0 for _ in SEARCH), 0.0)
+    for _ in range(rounds + 1):
+        for point in itertools.product(*grids):
+            key = tuple(round(v, 9) for v in point)
+            if key not in seen:
+                seen[key] = best_launch(key)
+            value, launch = seen[key]
+            if value < best[0] - 1e-15:
+                best = (value, key, launch)
+        steps = [step / 2 for step in steps]
+        grids = [[min(BOX[k][1], max(BOX[k][0], centre + i * step)) for i in range(-2, 3)]
+                 for k, centre, step in zip(SEARCH, best[1], steps)]
+    params = at(best[1], best[2])
     digest = costs_digest(tasks, costs)
     if cases:
         parts = [digest] + [c.digest() for c in cases]

@@ -43,7 +43,13 @@ The chip terms (`ScheduleParams.chip()`, all zero in the legacy model `ScheduleP
 -----------------------------------------------------------------------------------------
 6. Hop. A task becomes ready H cycles (`hop_cycles`) after the later of its last dependency's finish and
    the dispatch overhead: r_t = D + H + max f_d (the chip swimlane's 2.6-9.5 µs producer→consumer gaps).
-   A task without dependencies is ready at D (no hop: nothing to wait for).
+   A task without dependencies is ready at D (no hop: nothing to wait for). A consumer that is a kernel (a
+   task with a cost of its own: span or busy cycles > 0) waits S more (`kernel_start_cycles`): r_t = D + H + S +
+   max f_d. The chip's gaps say the start of a kernel costs more than the start of a task with nothing to run:
+   6.28 µs on average before the swimlane's 20 compute tasks, 4.26 µs before its 7 signal tasks (a wait, a
+   complete, a retire: flag polls), 2.3 µs per extra serial task of the empty launch probes. Rule 10's signal
+   tasks, dummies and the probes' empty tasks pay H alone. (What the start is made of, the kernel's code and
+   payload reaching the core, is not observed: S is a fitted constant.)
 7. Block dispatch. K dispatchers (`dispatchers`, the AICPU's scheduler threads) issue every task's blocks;
    issuing one costs c (`block_dispatch_cycles`) of one dispatcher. How many blocks a task issues is the
    issue rule (`block_issue`):
@@ -88,7 +94,7 @@ The chip model uses `block_model = "grid"`: a kernel keeps the parallelism pypto
 (its busy cycles spread over its lanes) as far as its own grid allows, so a task alone takes its span S_t when
 its blocks cover pypto's lanes and its work over min(B_t, N_kind) cores when they do not (a 1-block serial
 loop: its whole work on one core). `span` and `work` stay selectable as sensitivity variants. Its free
-constants H, c and L are fitted by `dspark calibrate` (perf/calibrate.py, perf/calibration/result.json).
+constants H, S, c and L are fitted by `dspark calibrate` (perf/calibrate.py, perf/calibration/result.json).
 """
 from __future__ import annotations
 
@@ -107,7 +113,7 @@ from .roofline import remote_bytes
 
 CALIBRATION = Path(__file__).parent / "calibration" / "result.json"
 CHIP_BLOCK_MODEL = "grid"
-FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles")   # the chip model's free constants
+FITTED = ("hop_cycles", "block_dispatch_cycles", "launch_cycles", "kernel_start_cycles")   # the free constants
 RULES = {"block_issue": "cores", "early_dispatch": False,            # the chip model's rules the fit ran under
          "cross_rank": False}
 
@@ -118,7 +124,7 @@ def fitted_constants(path: Path = CALIBRATION) -> dict[str, float]:
     if not path.is_file():
         return {k: 0.0 for k in FITTED}
     fitted = json.loads(path.read_text())["constants"]
-    return {k: float(fitted[k]["value"]) for k in FITTED}
+    return {k: float(fitted[k]["value"]) if k in fitted else 0.0 for k in FITTED}   # a constant not fitted: 0
 
 
 def fitted_rules(path: Path = CALIBRATION) -> dict[str, object]:
@@ -148,6 +154,7 @@ class ScheduleParams:
     clock_hz: float = HARDWARE.clock_hz
     block_model: str = "work"      # rule 2: work d = W / B; span d = S / waves; grid d = max of the two
     hop_cycles: float = 0.0        # rule 6: producer finish -> consumer ready
+    kernel_start_cycles: float = 0.0   # rule 6: more before a consumer that is a kernel (has a cost)
     block_dispatch_cycles: float = 0.0   # rule 7: one dispatcher's cost to issue one block
     dispatchers: int = 0           # rule 7: AICPU scheduler threads issuing blocks (0: no dispatch term)
     block_issue: str = "cores"     # rule 7: blocks a task issues: cores = min(B, N_kind); grid = B
@@ -163,8 +170,9 @@ class ScheduleParams:
             raise ScheduleError(f"block_model must be one of {', '.join(BLOCK_MODELS)}, got {self.block_model!r}")
         if self.block_issue not in BLOCK_ISSUE:
             raise ScheduleError(f"block_issue must be one of {', '.join(BLOCK_ISSUE)}, got {self.block_issue!r}")
-        if min(self.hop_cycles, self.block_dispatch_cycles, self.launch_cycles, self.dispatchers) < 0:
-            raise ScheduleError("hop, block dispatch, launch and dispatchers must be >= 0")
+        if min(self.hop_cycles, self.kernel_start_cycles, self.block_dispatch_cycles, self.launch_cycles,
+               self.dispatchers) < 0:
+            raise ScheduleError("hop, kernel start, block dispatch, launch and dispatchers must be >= 0")
 
     @staticmethod
     def chip(**changes) -> "ScheduleParams":
@@ -343,6 +351,12 @@ def chip_cost(task: SchedTask, cost: KernelCost, params: ScheduleParams) -> Kern
     return replace(cost, span=span)
 
 
+def is_kernel(cost: KernelCost) -> bool:
+    """Rule 6: a task with something to run (a span or busy cycles of its own), whose start costs the kernel
+    start S; a dummy, or an empty probe task, has none."""
+    return cost.span > 0 or cost.work_cube + cost.work_vector > 0
+
+
 def has_grid(task) -> bool:
     """Whether a lowered task's block count is its own grid: every kernel's is (its `blocks` attribute, 1 when
     absent); a collective's only when it carries a `blocks` attribute (the rendezvous collectives without one
@@ -447,6 +461,8 @@ def schedule(tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
     def make_ready(tid: int, at: float, hop: bool) -> None:
         t = by_id[tid]
         r = at + params.dispatch_cycles + (params.hop_cycles if hop else 0.0)
+        if hop and is_kernel(cost[tid]):
+            r += params.kernel_start_cycles
         run = TaskRun(tid, r, r, r, block_cycles(t, cost[tid], params), alone_cycles(t, cost[tid], params))
         sched.runs[tid] = run
         if t.core == "none" or t.blocks <= 0:

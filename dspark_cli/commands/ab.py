@@ -78,8 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
     p.add_argument("--model", choices=("chip", "legacy"), default="chip",
-                   help="schedule model (perf/schedule.py): chip = hop latency, block dispatch and launch floor "
-                        "fitted by `dspark calibrate` (default); legacy = the model before issue 16")
+                   help="schedule model (perf/schedule.py): chip = hop latency, kernel start, block dispatch "
+                        "and launch floor fitted by `dspark calibrate` (default); legacy = the model before issue 16")
     p.add_argument("--block-model", choices=("work", "span", "grid"), default=None,
                    help="block rule (perf/schedule.py rule 2) instead of the model's own (chip: grid; legacy: work): "
                         "work = W / B, span = S / waves, grid = max of the two (a sensitivity variant)")

@@ -1,4 +1,5 @@
-"""Fit the chip schedule model's free constants (hop latency, block dispatch, launch floor) to the training facts.
+"""Fit the chip schedule model's free constants (hop latency, kernel start, block dispatch, launch floor) to the
+training facts.
 
 The facts (perf/calibration/facts.toml, with their sources) are the chip's HCA TP4 16x256 decode swimlane, the
 launch probes and the seed cases of the corpus (perf/cases, `[fit] corpus`); nothing else is fitted (other

@@ -45,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-kernel costs: pypto's cost model (default) or the roofline only")
     p.add_argument("--offline", action="store_true", help="never run pypto: cached cost-model results only")
     p.add_argument("--model", choices=("chip", "legacy"), default="chip",
-                   help="schedule model (perf/schedule.py), as ab: chip = hop latency, block dispatch and launch "
-                        "floor fitted by `dspark calibrate` (default); legacy = the model before issue 16")
+                   help="schedule model (perf/schedule.py), as ab: chip = hop latency, kernel start, block dispatch "
+                        "and launch floor fitted by `dspark calibrate` (default); legacy = the model before issue 16")
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
     p.add_argument("--kernels", type=int, default=12, metavar="N", help="kernel rows to print (default 12; 0: none)")
     p.add_argument("--json", metavar="FILE", help="write the estimate (every kernel row) as JSON")

@@ -101,8 +101,8 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "(12 per reduce-scatter owner, policy.O_DEQUANT_WORKERS for all owners); before "
           "dequant-into-owner-windows, which replaces the dequant when it is on. On: the captured code of the chip "
           "swimlane (fa5bf7e) runs the dequant per owner on 12 workers, not 512 blocks. Its Δ is flagged I: "
-          "alone it costs 1.2-1.4 % per flash TP4 layer under the chip model's `cores` issue rule and gains "
-          "6.9-8.0 % under `grid` (512 logical blocks issued), and no figure decides between the two"),
+          "alone it costs 1.2-1.3 % per flash TP4 layer under the chip model's `cores` issue rule and gains "
+          "6.8-7.9 % under `grid` (512 logical blocks issued), and no figure decides between the two"),
     Entry("o-proj-valid-rows",
           "with the other re-gridding passes (#1226, TP1): shrinks each O group's padded quant + int8 proj_b to "
           "the step's valid rows; it needs the quant -> proj_b -> dequant chain the layer builds (no pass before "
@@ -160,8 +160,8 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "final: the O-A tiles read the window, the release follows them), before dequant-into-owner-windows, "
           "which never touches the all-to-all: it fuses the HCA merge-pack with the O path's all-to-all put "
           "(pypto-lib #1170 (b)); no-op at TP1. Off: the model says upstream's 4-token tiles hurt (flash TP4 merge + "
-          "publish stage 169.9 -> 562.4 us: pypto partitions the 4-token local part into 2304 tasks instead of "
-          "48; with publish_tokens = 22, the merge-pack's own block, 169.9 -> 120.4 us, -29 %), there is no "
+          "publish stage 172.3 -> 562.9 us: pypto partitions the 4-token local part into 2304 tasks instead of "
+          "48; with publish_tokens = 22, the merge-pack's own block, 172.3 -> 120.9 us, -30 %), there is no "
           "hardware figure to check either against (held back), and turning it on changes the HCA TP > 1 sources",
           enabled=False),
     Entry("dequant-into-owner-windows",
@@ -170,7 +170,7 @@ DEFAULT_PIPELINE: tuple[Entry, ...] = (
           "never touches: it fuses the f32 O-B dequant into the reduce-scatter (pypto-lib #980 / #998); no-op at "
           "TP1. Off by default: bitwise, and the chip model's gain rests on an assumption no figure checks (held "
           "back): with the collectives' link transfers (perf/schedule.py rule 10) the flash TP4 CSA O-B tail "
-          "goes 102.5 -> 81.8 us (-20 %, perf/cases/post-seed-csa.toml) only while the fused publish's link "
+          "goes 104.8 -> 82.3 us (-21 %, perf/cases/post-seed-csa.toml) only while the fused publish's link "
           "transfer hides under its local part; read serially it loses (trust flag L)",
           enabled=False),
     Entry("early-resolve-csa-producers",

@@ -189,6 +189,23 @@ def test_fit_is_deterministic_and_finds_known_constants():
     assert a.loss < 1e-6 and all(abs(r.error) < 1e-3 for r in a.residuals)
 
 
+def test_fit_finds_the_kernel_start_from_the_two_kinds_of_gaps():
+    """Gaps before kernels and before signal tasks, generated at a known hop H and kernel start S: the fit
+    separates them (the empty probe tasks pay H alone, as signal tasks do)."""
+    truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(2e-6),
+                              kernel_start_cycles=cal.HARDWARE.cycles(3e-6),
+                              block_dispatch_cycles=cal.HARDWARE.cycles(0.5e-6),
+                              launch_cycles=cal.HARDWARE.cycles(60e-6))
+    facts = tiny_facts(truth)
+    facts["gaps"] = {"kernel_gaps_us": [cal.gap_us(truth, kernel=True)] * 3, "signal_gaps_us": [cal.gap_us(truth)]}
+    fit = cal.calibrate(facts, [], {}, rounds=3)
+    assert fit.params.us(fit.params.hop_cycles) == pytest.approx(2.0, abs=0.01)
+    assert fit.params.us(fit.params.kernel_start_cycles) == pytest.approx(3.0, abs=0.01)
+    assert {r.name for r in fit.residuals if r.group == "swimlane_gaps"} == {
+        "mean of 3 gaps before a compute task", "mean of 1 gaps before a signal task"}
+    assert fit.to_json()["constants"]["kernel_start_cycles"]["us"] == pytest.approx(3.0, abs=0.01)
+
+
 def test_fit_records_the_issue_rule_it_was_fitted_under():
     truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(3e-6),
                               block_dispatch_cycles=cal.HARDWARE.cycles(0.5e-6),

@@ -121,3 +121,20 @@ def test_span_block_model_keeps_each_kernel_at_its_span():
     assert s.makespan == 10 and {b.end - b.start for b in s.blocks} == {5}
     with pytest.raises(ScheduleError, match="block_model"):
         ScheduleParams(block_model="bogus")
+
+
+def test_a_kernel_consumer_waits_the_kernel_start_and_an_empty_one_does_not():
+    """Rule 6: after the hop, a consumer with a cost of its own waits S more; a task with nothing to run (an empty
+    probe task, a dummy) does not, and neither does a task without dependencies."""
+    from perf.schedule import is_kernel
+
+    p = ScheduleParams(cube_cores=2, vector_cores=4, dispatch_cycles=0, clock_hz=1e6, hop_cycles=3,
+                       kernel_start_cycles=5)
+    producer = SchedTask(0, "p", "vector", 1)
+    consumer = SchedTask(1, "c", "vector", 1, (0,))
+    busy, empty = KernelCost("given", 10.0, 0.0, 10.0), KernelCost("given", 0.0)
+    assert is_kernel(busy) and not is_kernel(empty)
+    run = schedule([producer, consumer], {0: busy, 1: busy}, p).runs
+    assert run[0].ready == 0 and run[1].ready == 10 + 3 + 5
+    run = schedule([producer, consumer], {0: busy, 1: empty}, p).runs
+    assert run[1].ready == 10 + 3
