@@ -41,7 +41,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from dspark_ir.hardware import HARDWARE
 
@@ -309,10 +309,11 @@ class Fit:
 
 
 def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, KernelCost],
-              base: ScheduleParams | None = None, rounds: int = 6, cases: Sequence[CaseSide] = ()) -> Fit:
+              base: ScheduleParams | None = None, rounds: int = 6, cases: Sequence[CaseSide] = (),
+              progress: Callable[[], None] | None = None) -> Fit:
     """Grid search over the SEARCH constants in BOX, each point with its best L (L only shifts the probes, so it is
     searched on the residuals of one schedule run), then `rounds` refinements of the grid around the best point
-    with the steps halved: deterministic, no random start."""
+    with the steps halved: deterministic, no random start. `progress` is called after each evaluation."""
     base = base or ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip")
     weights = facts["fit"]
     evaluations = 0
@@ -326,6 +327,8 @@ def calibrate(facts: Mapping, tasks: Sequence[SchedTask], costs: Mapping[int, Ke
         nonlocal evaluations
         evaluations += 1
         res = residuals(facts, tasks, costs, at(point, 0.0), cases)
+        if progress is not None:
+            progress()
         lo, hi, step = BOX["launch_cycles"]
         best = (math.inf, lo)
         for r in range(rounds + 2):

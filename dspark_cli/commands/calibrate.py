@@ -12,6 +12,7 @@ fitted chip model and the legacy one.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..common import UsageError
@@ -28,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swimlane", action="store_true",
                    help="only the per-task table vs the swimlane, with the committed constants (no fit)")
     p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (the fit's evaluations, on stderr; a fit takes a few minutes)")
     p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
                    help="rule 7's issue rule to fit under (default: the result file's, else the committed "
                         "result's; grid: every logical block; write it elsewhere with -o to compare)")
@@ -75,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
         base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
                               **rules)
         sides = cal.corpus_sides(str(corpus), source, base) if corpus else []
-        fit = cal.calibrate(facts, tasks, costs, base=base, cases=sides)
+        bar = _progress(args.no_progress)
+        try:
+            fit = cal.calibrate(facts, tasks, costs, base=base, cases=sides,
+                                progress=None if bar is None else lambda: bar.update(1))
+        finally:
+            if bar is not None:
+                bar.close()
     except cal.CalibrationError as e:
         raise UsageError(str(e)) from None
     tables = [cal.swimlane_table(facts, tasks, costs, p) for p in (fit.params, ScheduleParams())]
@@ -99,3 +108,15 @@ def run(args: argparse.Namespace) -> int:
     cal.write_result(fit, [s for _, s in tables], out)
     print(f"wrote {out}")
     return 0
+
+
+def _progress(disabled: bool):
+    """A bar of the fit's evaluations on stderr (their number is not known ahead: the refinements revisit points),
+    or None."""
+    if disabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(unit=" evaluations", desc="fit", file=sys.stderr, dynamic_ncols=True)

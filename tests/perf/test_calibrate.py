@@ -206,6 +206,16 @@ def test_fit_finds_the_kernel_start_from_the_two_kinds_of_gaps():
     assert fit.to_json()["constants"]["kernel_start_cycles"]["us"] == pytest.approx(3.0, abs=0.01)
 
 
+def test_fit_reports_each_evaluation_to_its_progress_callback():
+    truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(3e-6),
+                              block_dispatch_cycles=cal.HARDWARE.cycles(0.5e-6),
+                              launch_cycles=cal.HARDWARE.cycles(60e-6))
+    ticks = []
+    fit = cal.calibrate(tiny_facts(truth), [], {}, rounds=1, progress=lambda: ticks.append(1))
+    assert len(ticks) == fit.evaluations > 0
+    assert fit.to_json() == cal.calibrate(tiny_facts(truth), [], {}, rounds=1).to_json()   # the answer is the same
+
+
 def test_fit_records_the_issue_rule_it_was_fitted_under():
     truth = ScheduleParams.of(cal.HARDWARE, block_model="span", dispatchers=3, hop_cycles=cal.HARDWARE.cycles(3e-6),
                               block_dispatch_cycles=cal.HARDWARE.cycles(0.5e-6),
