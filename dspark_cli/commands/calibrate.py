@@ -12,10 +12,9 @@ fitted chip model and the legacy one.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ..common import UsageError
+from ..common import UsageError, add_progress_argument, progress_bars
 
 NAME = "calibrate"
 HELP = "fit the chip schedule model to the hardware facts; per-task table vs the chip's swimlane"
@@ -29,8 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swimlane", action="store_true",
                    help="only the per-task table vs the swimlane, with the committed constants (no fit)")
     p.add_argument("--cost-cache", default=None, metavar="DIR", help="cost-model cache directory (read only)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (the fit's evaluations, on stderr; a fit takes a few minutes)")
+    add_progress_argument(p)      # a bar of the fit's evaluations: a fit takes a few minutes
     p.add_argument("--block-issue", choices=("cores", "grid"), default=None,
                    help="rule 7's issue rule to fit under (default: the result file's, else the committed "
                         "result's; grid: every logical block; write it elsewhere with -o to compare)")
@@ -78,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         base = ScheduleParams(block_model=CHIP_BLOCK_MODEL, dispatchers=HARDWARE.aicpu_schedulers, name="chip",
                               **rules)
         sides = cal.corpus_sides(str(corpus), source, base) if corpus else []
-        bar = _progress(args.no_progress)
+        bars = progress_bars(args, " evaluations")       # their number is not known ahead: no total
+        bar = bars(None) if bars is not None else None
         try:
             fit = cal.calibrate(facts, tasks, costs, base=base, cases=sides,
                                 progress=None if bar is None else lambda: bar.update(1))
@@ -109,14 +108,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     return 0
 
-
-def _progress(disabled: bool):
-    """A bar of the fit's evaluations on stderr (their number is not known ahead: the refinements revisit points),
-    or None."""
-    if disabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(unit=" evaluations", desc="fit", file=sys.stderr, dynamic_ncols=True)
