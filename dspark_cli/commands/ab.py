@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,11 +32,13 @@ from ..common import (
     CommandLine,
     UsageError,
     add_executor_arguments,
+    add_progress_argument,
     add_toggle_arguments,
     executor_from_args,
     is_graph_file,
     load_plugins,
     pass_options,
+    progress_bars,
     toggle_words,
     versions,
 )
@@ -103,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", default="ab-out", metavar="DIR", help="output directory (default: ab-out)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--no-traces", action="store_true", help="no trace JSON files")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(p)
     add_executor_arguments(p)
 
 
@@ -155,14 +156,9 @@ def _cases(args):
     return cases
 
 
-def _progress(total: int, disabled: bool):
-    if disabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="variant", file=sys.stderr, dynamic_ncols=True)
+def _progress(args: argparse.Namespace, total: int):
+    bars = progress_bars(args, "variant")
+    return None if bars is None else bars(total)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,7 +204,7 @@ def _run_corpus(args: argparse.Namespace, corpus, out: AtomicOutputDir) -> int:
     from perf.costs import PyptoCosts
 
     source, executor = _cost_source(args)
-    bar = _progress(sum(1 for c in corpus if not c.unsupported), args.no_progress)
+    bar = _progress(args, sum(1 for c in corpus if not c.unsupported))
     try:
         report = run_cases(corpus, source, _params(args), progress=bar)
     finally:
@@ -293,7 +289,7 @@ def _ab(args: argparse.Namespace, out: AtomicOutputDir) -> int:
 
         program = lambda r, c: cross_check(r.tg, r.estimate, params, workers=args.workers,  # noqa: E731
                                           timeout=max(args.timeout, 3600.0))
-    bar = _progress(len(cases) * len(vlist), args.no_progress)
+    bar = _progress(args, len(cases) * len(vlist))
     try:
         report = run_ab(cases, source, params, variant_list=vlist, program=program, stage=stage,
                         progress=bar)

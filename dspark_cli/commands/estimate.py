@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 
 from ..common import (
     CommandLine,
     UsageError,
     add_executor_arguments,
+    add_progress_argument,
     add_target_arguments,
     add_toggle_arguments,
     emit,
@@ -25,6 +25,7 @@ from ..common import (
     load_graph,
     load_plugins,
     pass_options,
+    progress_bars,
     provenance,
     toggle_words,
 )
@@ -50,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dispatch-cycles", type=float, default=None, help="per-task dispatch overhead (default 930)")
     p.add_argument("--kernels", type=int, default=12, metavar="N", help="kernel rows to print (default 12; 0: none)")
     p.add_argument("--json", metavar="FILE", help="write the estimate (every kernel row) as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(p)
     add_executor_arguments(p)
 
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     params = ScheduleParams.named(args.model)
     if args.dispatch_cycles is not None:
         params = replace(params, dispatch_cycles=args.dispatch_cycles)
-    bar = None if args.no_progress or args.source == "roofline" else _bar()
+    bar = None if args.source == "roofline" else _bar(args)
     try:
         est = estimate(c.tg, source, params, label=str(c.graph.name), progress=_update(bar))
     finally:
@@ -110,12 +111,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bar():
-    try:
-        from tqdm import tqdm
-    except ImportError:
+def _bar(args: argparse.Namespace):
+    bars = progress_bars(args, "kernel")
+    if bars is None:
         return None
-    return tqdm(total=0, unit="kernel", file=sys.stderr, dynamic_ncols=True, desc="pypto cost model")
+    bar = bars(0)               # the kernels to simulate are known only once the cache is read
+    bar.set_description("pypto cost model")
+    return bar
 
 
 def _update(bar):

@@ -19,7 +19,14 @@ from dataclasses import replace
 
 from dspark_ir.fsutil import OutputDir
 
-from ..common import CommandLine, UsageError, add_executor_arguments, executor_from_args
+from ..common import (
+    CommandLine,
+    UsageError,
+    add_executor_arguments,
+    add_progress_argument,
+    executor_from_args,
+    progress_bars,
+)
 
 NAME = "sweep"
 HELP = "estimated latency over a grid of shapes x pipelines (table, plots; resumable; local or Dask)"
@@ -50,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="schedule model: chip (calibrated, default) or legacy (see `dspark ab --help`)")
     p.add_argument("-o", "--output", default="sweep-out", metavar="DIR", help="output directory (default: sweep-out)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(p)
     add_executor_arguments(p)
 
 
@@ -90,17 +97,6 @@ def command_line(args: argparse.Namespace) -> str:
     return str(line.option("-o", args.output))
 
 
-def _progress(disabled: bool):
-    """A factory of tqdm bars (with an ETA) over the points to estimate, or None."""
-    if disabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return lambda total: tqdm(total=total, unit="point", file=sys.stderr, dynamic_ncols=True)
-
-
 def run(args: argparse.Namespace) -> int:
     from dspark_ir import layers
     from perf.costs import PyptoCosts, RooflineCosts
@@ -124,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     source = RooflineCosts() if args.source == "roofline" else PyptoCosts(
         cache=args.cost_cache, offline=args.offline, executor=executor)
     try:
-        report = run_sweep(points, source, out, params=params, stage=stage, progress=_progress(args.no_progress),
+        report = run_sweep(points, source, out, params=params, stage=stage, progress=progress_bars(args, "point"),
                            skipped=skipped)
     finally:
         if executor is not None:

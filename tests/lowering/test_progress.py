@@ -2,7 +2,8 @@
 import argparse
 
 import kernels.pypto_rt as rt
-from dspark_cli.common import progress_bars
+from dspark_cli.common import add_progress_argument, progress_bars
+from dspark_cli.main import build_parser
 from dspark_ir import layers
 from kernels.pypto_rt import KernelResult
 from lowering import build_task_graph
@@ -51,3 +52,16 @@ def test_no_bar_without_a_terminal_or_with_no_progress(monkeypatch):
     assert progress_bars(argparse.Namespace(no_progress=True), "task") is None
     monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
     assert progress_bars(argparse.Namespace(no_progress=False), "task") is None
+
+
+def test_every_command_with_a_bar_takes_the_shared_no_progress_flag():
+    """One home for the flag and its rule (stderr only, only on a terminal): no command keeps its own."""
+    shared = argparse.ArgumentParser()
+    add_progress_argument(shared)
+    want = next(a.help for a in shared._actions if "--no-progress" in a.option_strings)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {name: [a.help for a in p._actions if "--no-progress" in a.option_strings]
+             for name, p in sub.choices.items()}
+    with_bar = {name for name, h in helps.items() if h}
+    assert {"ab", "estimate", "sweep", "calibrate", "compile", "lower", "run"} <= with_bar
+    assert all(helps[name] == [want] for name in with_bar)
