@@ -126,7 +126,7 @@ def roofline_share(ref, var, globs: Sequence[str] = ()) -> tuple[float, float]:
 
     a, b = rows(ref), rows(var)
     total = roof = 0.0
-    for name in a.keys() | b.keys():
+    for name in sorted(a.keys() | b.keys()):     # a fixed order: the float sum is the same in every run
         ra, rb = a.get(name), b.get(name)
         change = abs((rb.alone_us if rb else 0.0) - (ra.alone_us if ra else 0.0))
         total += change

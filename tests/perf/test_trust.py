@@ -160,3 +160,27 @@ def test_a_gain_whose_sign_flips_under_the_other_block_issue_rule_is_flagged_i()
 def test_without_block_dispatch_the_issue_rule_is_not_checked():
     t = insert_stage_trust(issue_params(2e4, dispatchers=0))
     assert t.detail["delta_other_block_issue_pct"] == {} and "I" not in t.flags
+
+
+SHARE_SCRIPT = """
+from types import SimpleNamespace as NS
+import perf.trust as trust
+trust.in_scope = lambda r, globs: {row.id for row in r.estimate.rows}
+def side(scale):
+    rows = [NS(id=i, name=f"t{i:02d}.k", core="vector", source="pypto" if i % 3 else "roofline",
+               alone_us=scale * (0.1 * i + 1e-3 * i * i + 1 / (i + 3))) for i in range(40)]
+    return NS(estimate=NS(rows=rows))
+print(repr(trust.roofline_share(side(1.0), side(1.7))))
+"""
+
+
+def test_roofline_share_is_the_same_float_in_every_process():
+    """Task names are strings: a set's order, and so a float sum over it, changes with the hash seed unless the
+    sum runs in a fixed order (two runs of `dspark ab` must write the same JSON)."""
+    import os
+    import subprocess
+    import sys
+
+    outs = {subprocess.run([sys.executable, "-c", SHARE_SCRIPT], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(outs) == 1, outs
