@@ -465,15 +465,17 @@ def rule_matrix(report: "CasesReport") -> list[RuleRun]:
     runs = []
     for values in itertools.product(*(v for _, v in RULE_AXES)):
         params = replace(base, **dict(zip((name for name, _ in RULE_AXES), values)))
+        committed = all(getattr(params, name) == getattr(base, name) for name, _ in RULE_AXES)
         sides: list[tuple[float | None, float | None]] = []
         for r in report.results:
             if r.before is None or r.after is None:
                 sides.append((None, None))
-                continue
-            sides.append((scope_latency(r.before, params, r.case.scope),
-                          scope_latency(r.after, params, r.case.scope)))
+            elif committed:         # the report's own schedule: not run again
+                sides.append((r.before_us, r.after_us))
+            else:
+                sides.append((scope_latency(r.before, params, r.case.scope),
+                              scope_latency(r.after, params, r.case.scope)))
         verdicts = [verdict(r.case.hw, b, a) for r, (b, a) in zip(report.results, sides)]
-        committed = all(getattr(params, name) == getattr(base, name) for name, _ in RULE_AXES)
         runs.append(RuleRun(params, sides, verdicts, committed))
     return runs
 

@@ -12,6 +12,7 @@ from perf.ab import stage_latency, stage_tasks
 from perf.cases import CaseError, Measured, load_cases, load_file, run_cases, verdict
 from perf.costs import FunctionCosts, KernelCost, RooflineCosts
 from perf.schedule import ScheduleParams
+from perf.trust import scope_latency
 
 TINY = """
 [[case]]
@@ -314,8 +315,11 @@ def test_the_rule_matrix_reschedules_every_case_under_each_rule_combination(chip
     base = chip_report.params
     assert committed[0].label() == (base.block_issue, "on" if base.early_dispatch else "off",
                                     "on" if base.cross_rank else "off")
-    for i, r in enumerate(chip_report.results):       # the committed row is the report's own figures
+    for i, r in enumerate(chip_report.results):       # the committed row is the report's own figures, which
         assert committed[0].sides[i] == ((r.before_us, r.after_us) if r.before_us is not None else (None, None))
+        if r.before is not None:                      # rescheduling under the committed rules reproduces
+            assert scope_latency(r.before, base, r.case.scope) == r.before_us
+            assert scope_latency(r.after, base, r.case.scope) == r.after_us
     for run in runs:
         for r, (b, a), v in zip(chip_report.results, run.sides, run.verdicts):
             assert v == verdict(r.case.hw, b, a)
