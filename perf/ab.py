@@ -26,7 +26,7 @@ from .costs import CostSource
 from .estimate import LayerEstimate, estimate, kernel_table
 from .schedule import ScheduleParams, sched_tasks, schedule
 from .trust import FAR_RATIO as WHAT_IF_RATIO
-from .trust import LEGEND, Trust, far_at_roofline, other_block_models, trust
+from .trust import LEGEND, Trust, far_at_roofline, other_block_models, trust, validation
 
 CLEANUP = ("canonicalize", "cse", "dce")
 # Passes of the default pipeline that no seed PR made (README "Passes": later pypto-lib grids and rewrites, and a
@@ -246,6 +246,9 @@ class ABReport:
                  f"{self.params.dispatch_cycles:g} cycles/task, {self.params.clock_hz / 1e9:g} GHz, "
                  f"{_model_text(self.params)}. Δ = improvement over the reference (positive = faster).", ""]
         lines += [f"- {n}" for n in self.notes]
+        check = validation(self.params)
+        if check is not None:
+            lines += ["", *check.markdown()]
         for c in self.cases:
             lines += ["", f"## {c.case.label()}", ""]
             lines += self._case_table(c)
@@ -385,7 +388,8 @@ class ABReport:
                              "hop_cycles": self.params.hop_cycles, "dispatchers": self.params.dispatchers,
                              "block_dispatch_cycles": self.params.block_dispatch_cycles,
                              "launch_cycles": self.params.launch_cycles},
-                "notes": self.notes, "compare": self.compare, "cases": cases}
+                "notes": self.notes, "compare": self.compare, "cases": cases,
+                "validation": check.to_json() if (check := validation(self.params)) is not None else None}
 
     # ---- plots -----------------------------------------------------------------------------------
     def plots(self, out_dir) -> list[str]:

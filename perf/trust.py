@@ -21,11 +21,13 @@ A Δ within ±FLAT points has no sign (a flip needs two signed Δs).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Sequence
 
 from .costs import KernelCost, roofline_cost
-from .schedule import BLOCK_ISSUE, BLOCK_MODELS, ScheduleParams, sched_tasks, schedule
+from .schedule import BLOCK_ISSUE, BLOCK_MODELS, CALIBRATION, ScheduleParams, sched_tasks, schedule
 
 FAR_RATIO = 10.0        # a cost-model kernel this many times over its chip roofline is "far" from it
 TOLERANCE = 5.0         # points of Δ: the corpus's acceptance band (perf/cases.py)
@@ -175,3 +177,96 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
                                        "delta_far_at_roofline_pct": d_far,
                                        "far_kernels": sorted(far_ref | far_var), "roofline_share": share,
                                        "changed_alone_us": changed})
+
+
+# ---- how far the chip model's figures have been from the chip ----------------------------------------------
+WITHIN_PCT = 25.0       # a task's or a case's absolute is "within" at this error (the corpus's band)
+
+
+@dataclass(frozen=True)
+class MeasuredDelta:
+    """One published before → after measurement as the committed fit reproduces it."""
+    name: str
+    chip_pct: float          # Δ = (after − before) / before, negative = faster (as perf/cases.py)
+    predicted_pct: float
+
+    @property
+    def error_pts(self) -> float:
+        return self.predicted_pct - self.chip_pct
+
+    @property
+    def sign_right(self) -> bool:
+        return (self.chip_pct > 0) == (self.predicted_pct > 0)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The committed fit's residuals on its training facts (perf/calibration/result.json): the seed cases' Δs and
+    the swimlane's per-task rows. Training data, not a held-out test: a lower bound on how wrong a Δ can be."""
+    deltas: tuple[MeasuredDelta, ...]
+    tasks_within: int
+    tasks: int
+    task_errors_pct: tuple[float, float]        # (most under, most over)
+    makespan_ratio: float | None
+    committed: bool                             # the run's schedule parameters are the fitted ones
+
+    def worst_miss_pts(self) -> float:
+        return max((abs(d.error_pts) for d in self.deltas), default=0.0)
+
+    def markdown(self) -> list[str]:
+        worst = self.worst_miss_pts()
+        out = ["## How far to believe a Δ", "",
+               "The chip model's constants were fitted (`dspark calibrate`, perf/calibration/result.json) to one "
+               "HCA swimlane, launch probes and the seed PRs' measurements. On those same facts (its training "
+               "data, so a lower bound on its error) it reads:", "",
+               "| seed measurement | chip Δ | predicted Δ | error | sign |", "|---|---|---|---|---|"]
+        out += [f"| {d.name} | {d.chip_pct:+.1f} % | {d.predicted_pct:+.1f} % | {d.error_pts:+.1f} pts | "
+                f"{'right' if d.sign_right else '**wrong**'} |" for d in self.deltas]
+        lo, hi = self.task_errors_pct
+        span = f"; makespan {self.makespan_ratio:.2f}× the chip's" if self.makespan_ratio is not None else ""
+        out += ["", f"- Per task (the swimlane's one-to-one rows): {self.tasks_within} of {self.tasks} within "
+                    f"±{WITHIN_PCT:g} % (errors {lo:+.0f} … {hi:+.0f} %){span}.",
+                f"- So a Δ within ±{worst:.1f} points (the largest miss above) is inside what this model has got "
+                "wrong on a published measurement, flagged or not; perf/README.md, \"Limits of the estimate\", says "
+                "why."]
+        if not self.committed:
+            out.append("- These are the committed constants' and rules' figures; this run changes some of them "
+                       "(its model line above), so they bound it less well.")
+        return out
+
+    def summary(self) -> str:
+        wrong = sum(not d.sign_right for d in self.deltas)
+        return (f"model check (perf/calibration/result.json, training facts): seed Δs off by up to "
+                f"{self.worst_miss_pts():.1f} points, {wrong} of {len(self.deltas)} signs wrong; "
+                f"{self.tasks_within} of {self.tasks} swimlane tasks within ±{WITHIN_PCT:g} %")
+
+    def to_json(self) -> dict:
+        return {"source": "perf/calibration/result.json", "committed": self.committed,
+                "deltas": [{"name": d.name, "chip_pct": d.chip_pct, "predicted_pct": d.predicted_pct,
+                            "error_pts": d.error_pts, "sign_right": d.sign_right} for d in self.deltas],
+                "tasks_within": self.tasks_within, "tasks": self.tasks,
+                "task_errors_pct": list(self.task_errors_pct), "makespan_ratio": self.makespan_ratio}
+
+
+def validation(params: ScheduleParams, path: Path = CALIBRATION) -> Validation | None:
+    """The committed fit's residuals for a run under `params`; None for a model without a fit (legacy) or
+    without a result file."""
+    if params.name != "chip" or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    sides: dict[str, dict[str, dict]] = {}
+    for r in record.get("residuals", []):
+        if r["group"] == "cases":
+            name, side = r["fact"].rsplit(" ", 1)
+            sides.setdefault(name, {})[side] = r
+    deltas = []
+    for name, s in sides.items():
+        if {"before", "after"} <= s.keys():
+            b, a = s["before"], s["after"]
+            deltas.append(MeasuredDelta(name, 100 * (a["measured_us"] - b["measured_us"]) / b["measured_us"],
+                                        100 * (a["predicted_us"] - b["predicted_us"]) / b["predicted_us"]))
+    errors = [r["error_pct"] for r in record.get("residuals", []) if r["group"] == "tasks"]
+    chip = next((s for s in record.get("swimlane", []) if s.get("model") == "chip"), None)
+    return Validation(tuple(deltas), sum(abs(e) <= WITHIN_PCT for e in errors), len(errors),
+                      (min(errors, default=0.0), max(errors, default=0.0)),
+                      chip.get("makespan_ratio") if chip else None, params == ScheduleParams.chip())

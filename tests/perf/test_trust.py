@@ -184,3 +184,52 @@ def test_roofline_share_is_the_same_float_in_every_process():
     outs = {subprocess.run([sys.executable, "-c", SHARE_SCRIPT], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
     assert len(outs) == 1, outs
+
+
+def _result_file(tmp_path):
+    """A planted fit record: two cases (one with the wrong sign), three swimlane rows."""
+    import json
+
+    def case(name, side, measured, predicted):
+        return {"group": "cases", "fact": f"{name} {side}", "measured_us": measured, "predicted_us": predicted,
+                "error_pct": 100 * (predicted - measured) / measured}
+    residuals = [case("a-seed", "before", 100.0, 120.0), case("a-seed", "after", 80.0, 90.0),
+                 case("b-seed", "before", 50.0, 50.0), case("b-seed", "after", 60.0, 45.0),
+                 *({"group": "tasks", "fact": f"t{i}", "error_pct": e} for i, e in enumerate((-40.0, 10.0, 25.0))),
+                 {"group": "probes", "fact": "p", "error_pct": 99.0}]
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"residuals": residuals, "swimlane": [{"model": "chip", "makespan_ratio": 0.9}]}))
+    return path
+
+
+def test_validation_reads_the_fits_seed_deltas_and_task_rows(tmp_path):
+    from perf.trust import validation
+
+    v = validation(ScheduleParams.chip(), _result_file(tmp_path))
+    a, b = v.deltas
+    assert (a.name, a.chip_pct, a.predicted_pct) == ("a-seed", -20.0, -25.0) and a.sign_right
+    assert a.error_pts == pytest.approx(-5.0)
+    assert (b.chip_pct, b.predicted_pct, b.sign_right) == (20.0, -10.0, False) and b.error_pts == -30.0
+    assert v.worst_miss_pts() == 30.0
+    assert (v.tasks_within, v.tasks, v.task_errors_pct, v.makespan_ratio) == (2, 3, (-40.0, 25.0), 0.9)
+    assert v.committed
+    md = "\n".join(v.markdown())
+    assert "| b-seed | +20.0 % | -10.0 % | -30.0 pts | **wrong** |" in md
+    assert "2 of 3 within ±25 %" in md and "±30.0 points" in md and "bound it less well" not in md
+    assert "up to 30.0 points, 1 of 2 signs wrong; 2 of 3 swimlane tasks" in v.summary()
+    changed = validation(ScheduleParams.chip(dispatch_cycles=0), _result_file(tmp_path))
+    assert not changed.committed and "bound it less well" in "\n".join(changed.markdown())
+    assert validation(ScheduleParams(), _result_file(tmp_path)) is None          # legacy: nothing was fitted
+    assert validation(ScheduleParams.chip(), tmp_path / "missing.json") is None
+
+
+def test_ab_md_and_json_say_how_far_to_believe_a_delta():
+    chip = run(costs("pypto"), ScheduleParams.chip())
+    from perf.ab import ABReport
+
+    report = ABReport([chip], "given", ScheduleParams.chip())
+    assert "## How far to believe a Δ" in report.markdown()
+    doc = report.to_json()["validation"]
+    assert doc["committed"] and len(doc["deltas"]) >= 4 and doc["tasks"] >= 18
+    legacy = ABReport([run(costs("pypto"))], "given", ScheduleParams())
+    assert "How far to believe" not in legacy.markdown() and legacy.to_json()["validation"] is None
