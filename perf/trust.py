@@ -180,23 +180,18 @@ def trust(ref, var, params: ScheduleParams, globs: Sequence[str] = (), *,
 
 
 # ---- how far the chip model's figures have been from the chip ----------------------------------------------
-WITHIN_PCT = 25.0       # a task's or a case's absolute is "within" at this error (the corpus's band)
-
-
 @dataclass(frozen=True)
 class MeasuredDelta:
-    """One published before → after measurement as the committed fit reproduces it."""
+    """One published before → after measurement as the committed fit reproduces it, judged by the corpus's own
+    sign rule (perf/cases.py `verdict`)."""
     name: str
-    chip_pct: float          # Δ = (after − before) / before, negative = faster (as perf/cases.py)
+    chip_pct: float          # Δ = (after − before) / before, negative = faster (perf/cases.py `change`)
     predicted_pct: float
+    sign_right: bool
 
     @property
     def error_pts(self) -> float:
         return self.predicted_pct - self.chip_pct
-
-    @property
-    def sign_right(self) -> bool:
-        return (self.chip_pct > 0) == (self.predicted_pct > 0)
 
 
 @dataclass(frozen=True)
@@ -204,8 +199,9 @@ class Validation:
     """The committed fit's residuals on its training facts (perf/calibration/result.json): the seed cases' Δs and
     the swimlane's per-task rows. Training data, not a held-out test: a lower bound on how wrong a Δ can be."""
     deltas: tuple[MeasuredDelta, ...]
-    tasks_within: int
+    tasks_within: int                           # the fit's own count (`dspark calibrate`'s swimlane table)
     tasks: int
+    tolerance_pct: float                        # "within" for a task (perf/calibrate.py TOLERANCE)
     task_errors_pct: tuple[float, float]        # (most under, most over)
     makespan_ratio: float | None
     committed: bool                             # the run's schedule parameters are the fitted ones
@@ -225,7 +221,7 @@ class Validation:
         lo, hi = self.task_errors_pct
         span = f"; makespan {self.makespan_ratio:.2f}× the chip's" if self.makespan_ratio is not None else ""
         out += ["", f"- Per task (the swimlane's one-to-one rows): {self.tasks_within} of {self.tasks} within "
-                    f"±{WITHIN_PCT:g} % (errors {lo:+.0f} … {hi:+.0f} %){span}.",
+                    f"±{self.tolerance_pct:g} % (errors {lo:+.0f} … {hi:+.0f} %){span}.",
                 f"- So a Δ within ±{worst:.1f} points (the largest miss above) is inside what this model has got "
                 "wrong on a published measurement, flagged or not; perf/README.md, \"Limits of the estimate\", says "
                 "why."]
@@ -238,19 +234,22 @@ class Validation:
         wrong = sum(not d.sign_right for d in self.deltas)
         return (f"model check (perf/calibration/result.json, training facts): seed Δs off by up to "
                 f"{self.worst_miss_pts():.1f} points, {wrong} of {len(self.deltas)} signs wrong; "
-                f"{self.tasks_within} of {self.tasks} swimlane tasks within ±{WITHIN_PCT:g} %")
+                f"{self.tasks_within} of {self.tasks} swimlane tasks within ±{self.tolerance_pct:g} %")
 
     def to_json(self) -> dict:
         return {"source": "perf/calibration/result.json", "committed": self.committed,
                 "deltas": [{"name": d.name, "chip_pct": d.chip_pct, "predicted_pct": d.predicted_pct,
                             "error_pts": d.error_pts, "sign_right": d.sign_right} for d in self.deltas],
-                "tasks_within": self.tasks_within, "tasks": self.tasks,
+                "tasks_within": self.tasks_within, "tasks": self.tasks, "tolerance_pct": self.tolerance_pct,
                 "task_errors_pct": list(self.task_errors_pct), "makespan_ratio": self.makespan_ratio}
 
 
 def validation(params: ScheduleParams, path: Path = CALIBRATION) -> Validation | None:
     """The committed fit's residuals for a run under `params`; None for a model without a fit (legacy) or
     without a result file."""
+    from .calibrate import TOLERANCE
+    from .cases import Measured, change, verdict  # cases imports this module: its rules, read at call time
+
     if params.name != "chip" or not path.is_file():
         return None
     record = json.loads(path.read_text())
@@ -262,11 +261,12 @@ def validation(params: ScheduleParams, path: Path = CALIBRATION) -> Validation |
     deltas = []
     for name, s in sides.items():
         if {"before", "after"} <= s.keys():
-            b, a = s["before"], s["after"]
-            deltas.append(MeasuredDelta(name, 100 * (a["measured_us"] - b["measured_us"]) / b["measured_us"],
-                                        100 * (a["predicted_us"] - b["predicted_us"]) / b["predicted_us"]))
+            chip = Measured(s["before"]["measured_us"], s["after"]["measured_us"])
+            before, after = s["before"]["predicted_us"], s["after"]["predicted_us"]
+            deltas.append(MeasuredDelta(name, chip.delta, change(before, after),
+                                        bool(verdict(chip, before, after)["sign"])))
     errors = [r["error_pct"] for r in record.get("residuals", []) if r["group"] == "tasks"]
-    chip = next((s for s in record.get("swimlane", []) if s.get("model") == "chip"), None)
-    return Validation(tuple(deltas), sum(abs(e) <= WITHIN_PCT for e in errors), len(errors),
-                      (min(errors, default=0.0), max(errors, default=0.0)),
-                      chip.get("makespan_ratio") if chip else None, params == ScheduleParams.chip())
+    lane = next((s for s in record.get("swimlane", []) if s.get("model") == "chip"), {})
+    return Validation(tuple(deltas), lane.get("within", 0), lane.get("one_to_one", 0), 100 * TOLERANCE,
+                      (min(errors, default=0.0), max(errors, default=0.0)), lane.get("makespan_ratio"),
+                      params == ScheduleParams.chip())

@@ -198,7 +198,9 @@ def _result_file(tmp_path):
                  *({"group": "tasks", "fact": f"t{i}", "error_pct": e} for i, e in enumerate((-40.0, 10.0, 25.0))),
                  {"group": "probes", "fact": "p", "error_pct": 99.0}]
     path = tmp_path / "result.json"
-    path.write_text(json.dumps({"residuals": residuals, "swimlane": [{"model": "chip", "makespan_ratio": 0.9}]}))
+    lanes = [{"model": "chip", "makespan_ratio": 0.9, "one_to_one": 3, "within": 2},
+             {"model": "legacy", "makespan_ratio": 0.5, "one_to_one": 3, "within": 0}]
+    path.write_text(json.dumps({"residuals": residuals, "swimlane": lanes}))
     return path
 
 
