@@ -20,13 +20,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
+from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
 from .costs import CostSource
 from .estimate import LayerEstimate, estimate, kernel_table
 from .schedule import ScheduleParams, sched_tasks, schedule
 from .trust import FAR_RATIO as WHAT_IF_RATIO
-from .trust import LEGEND, Trust, far_at_roofline, other_block_models, trust, validation
+from .trust import LEGEND, Trust, Validation, far_at_roofline, other_block_models, trust, validation
 
 CLEANUP = ("canonicalize", "cse", "dce")
 # Passes of the default pipeline that no seed PR made (README "Passes": later pypto-lib grids and rewrites, and a
@@ -238,6 +239,11 @@ class ABReport:
     notes: list[str] = field(default_factory=list)
     compare: list[str] = field(default_factory=list)    # an A/B of pipelines: variant names, the reference first
 
+    @cached_property
+    def validation(self) -> Validation | None:
+        """How far the chip model's Δs have been from the chip (perf/trust.py `validation`), read once."""
+        return validation(self.params)
+
     # ---- text ------------------------------------------------------------------------------------
     def markdown(self, kernels: int = 12) -> str:
         lines = ["# dspark ab: estimated layer latency per pass configuration", "",
@@ -246,9 +252,8 @@ class ABReport:
                  f"{self.params.dispatch_cycles:g} cycles/task, {self.params.clock_hz / 1e9:g} GHz, "
                  f"{_model_text(self.params)}. Δ = improvement over the reference (positive = faster).", ""]
         lines += [f"- {n}" for n in self.notes]
-        check = validation(self.params)
-        if check is not None:
-            lines += ["", *check.markdown()]
+        if self.validation is not None:
+            lines += ["", *self.validation.markdown()]
         for c in self.cases:
             lines += ["", f"## {c.case.label()}", ""]
             lines += self._case_table(c)
@@ -389,7 +394,7 @@ class ABReport:
                              "block_dispatch_cycles": self.params.block_dispatch_cycles,
                              "launch_cycles": self.params.launch_cycles},
                 "notes": self.notes, "compare": self.compare, "cases": cases,
-                "validation": check.to_json() if (check := validation(self.params)) is not None else None}
+                "validation": self.validation.to_json() if self.validation is not None else None}
 
     # ---- plots -----------------------------------------------------------------------------------
     def plots(self, out_dir) -> list[str]:

@@ -363,14 +363,11 @@ def _cache_note(args, cases) -> str:
 
 
 def _print_summary(report) -> None:
-    from perf.trust import validation
-
     for note in report.notes:
         if note.startswith("A/B"):
             print(note)
-    check = validation(report.params)
-    if check is not None:
-        print(check.summary() + " (ab.md: \"How far to believe a Δ\")")
+    if report.validation is not None:
+        print(report.validation.summary() + " (ab.md: \"How far to believe a Δ\")")
     for c in report.cases:
         print(f"\n{c.case.label()}")
         for line in report._case_table(c):
