@@ -457,8 +457,9 @@ class RuleRun:
 
 
 def rule_matrix(report: "CasesReport") -> list[RuleRun]:
-    """Every predicted case rescheduled under each combination of RULE_AXES (module docstring); [] for a model
-    without block dispatch (the legacy model: the rules change nothing there)."""
+    """Every predicted case rescheduled under each combination of RULE_AXES (module docstring), the committed
+    combination taking the report's own figures; [] for a model without block dispatch (the legacy model: the
+    rules change nothing there)."""
     base = report.params
     if base.dispatchers <= 0:
         return []

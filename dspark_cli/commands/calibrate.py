@@ -107,4 +107,3 @@ def run(args: argparse.Namespace) -> int:
     cal.write_result(fit, [s for _, s in tables], out)
     print(f"wrote {out}")
     return 0
-
